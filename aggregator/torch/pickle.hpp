@@ -1,0 +1,153 @@
+// A safe reader for Python pickles that hold plain data (PyTorch memory snapshots): it builds
+// values and never imports or calls anything.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace memsnap::pickle {
+
+/// A malformed pickle, or one that would run code. what() is one line naming the opcode (name and
+/// hex) where there is one, and the byte offset.
+class PickleError : public std::runtime_error {
+ public:
+  PickleError(const std::string& message, std::size_t offset)
+      : std::runtime_error(message), m_offset(offset) {}
+  /// Byte offset of the opcode (or value) at fault.
+  std::size_t offset() const { return m_offset; }
+
+ private:
+  std::size_t m_offset;
+};
+
+/// A value asked for as the wrong type, or an integer that does not fit the asked-for width.
+class ValueError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Kind : std::uint8_t {
+  none,
+  boolean,
+  integer,      // fits std::int64_t
+  big_integer,  // does not: kept exactly as minimal two's-complement little-endian bytes
+  floating,
+  string,  // Python str, as the UTF-8 bytes the pickle holds
+  bytes,   // Python bytes (and bytearray)
+  list,
+  tuple,
+  dict,  // insertion order kept
+};
+const char* kind_name(Kind k);
+
+class Value;
+/// Values are immutable once read and shared: a memo reference in the pickle is the same pointer.
+using ValuePtr = std::shared_ptr<const Value>;
+using DictItems = std::vector<std::pair<ValuePtr, ValuePtr>>;
+
+/// One pickled value. Containers hold shared pointers, so a frame list that a snapshot references
+/// thousands of times exists once in memory.
+class Value {
+ public:
+  Value() = default;
+  Value(const Value&) = delete;
+  Value& operator=(const Value&) = delete;
+  ~Value();  // iterative, so that a deeply nested value cannot overflow the stack
+
+  /// Factories, for building values to write (and for tests).
+  static ValuePtr none();
+  static ValuePtr boolean(bool b);
+  static ValuePtr integer(std::int64_t v);
+  static ValuePtr unsigned_integer(std::uint64_t v);  // big_integer above INT64_MAX
+  /// From minimal or non-minimal two's-complement little-endian bytes (Python's LONG1 payload).
+  static ValuePtr integer_from_le_bytes(std::string_view bytes);
+  static ValuePtr floating(double v);
+  static ValuePtr string(std::string s);
+  static ValuePtr bytes(std::string b);
+  static ValuePtr list(std::vector<ValuePtr> items);
+  static ValuePtr tuple(std::vector<ValuePtr> items);
+  /// Keys are not checked for uniqueness here; the reader merges duplicates as Python does.
+  static ValuePtr dict(DictItems items);
+
+  Kind kind() const { return m_kind; }
+  bool is_none() const { return m_kind == Kind::none; }
+  bool is_int() const { return m_kind == Kind::integer || m_kind == Kind::big_integer; }
+  bool is_string() const { return m_kind == Kind::string; }
+  bool is_list() const { return m_kind == Kind::list; }
+  bool is_tuple() const { return m_kind == Kind::tuple; }
+  bool is_dict() const { return m_kind == Kind::dict; }
+
+  /// Typed accessors: a ValueError names the expected and the actual kind.
+  bool as_bool() const;
+  std::int64_t as_int64() const;    // ValueError if not representable
+  std::uint64_t as_uint64() const;  // ValueError if negative or above 2^64-1
+  double as_double() const;         // floats, and ints converted
+  const std::string& as_string() const;
+  const std::string& as_bytes() const;
+  /// Two's-complement little-endian bytes of any integer (minimal length).
+  std::string int_le_bytes() const;
+  /// The decimal text of any integer, exact for big ones.
+  std::string int_decimal() const;
+
+  /// Items of a list or tuple.
+  const std::vector<ValuePtr>& items() const;
+  /// Entries of a dict, in insertion order.
+  const DictItems& dict_items() const;
+  /// Number of items of a list, tuple or dict; 0 for scalars.
+  std::size_t size() const;
+  /// Dict lookup by a str key; nullptr when absent (or not a dict).
+  const Value* find(std::string_view key) const;
+  ValuePtr find_ptr(std::string_view key) const;
+  /// Dict lookup that throws a ValueError naming the key when absent.
+  const Value& at(std::string_view key) const;
+  const Value& at(std::size_t index) const;
+
+  /// Python equality for hashable kinds and containers (1 == 1.0 == True, like Python).
+  bool equals(const Value& other) const;
+  bool is_hashable() const;
+  std::size_t hash() const;  // only for hashable values
+
+  /// Nesting depth: 0 for scalars, 1 + deepest child for containers.
+  std::uint32_t depth() const { return m_depth; }
+
+ private:
+  friend class Builder;
+  Kind m_kind = Kind::none;
+  bool m_bool = false;
+  bool m_nested = false;  // reader: already inside another container, so no longer mutable
+  std::uint32_t m_depth = 0;
+  std::int64_t m_int = 0;
+  double m_float = 0.0;
+  std::string m_text;  // str, bytes, or big integer bytes
+  std::vector<ValuePtr> m_items;
+  DictItems m_dict;
+};
+
+/// Limits of the reader; defaults fit any snapshot.
+struct ReadOptions {
+  std::uint32_t max_depth = 10000;  // nesting past this is rejected (protects every consumer)
+};
+
+/// Parses a whole pickle (protocols 0 to 5, data opcodes only). Throws PickleError.
+ValuePtr read(std::string_view data, const ReadOptions& opt = {});
+/// Reads a file and parses it; I/O failures are PickleError at offset 0 naming the path.
+ValuePtr read_file(const std::string& path, const ReadOptions& opt = {});
+
+/// The opcode's name as pickletools spells it ("BINUNICODE"), or nullptr for an unknown byte.
+const char* opcode_name(std::uint8_t op);
+
+/// Counts of what a value tree holds: `references` counts every edge, `unique_nodes` every distinct
+/// node. Shared frame lists make references much larger than unique_nodes.
+struct TreeStats {
+  std::size_t unique_nodes = 0;
+  std::size_t references = 0;
+};
+TreeStats tree_stats(const ValuePtr& root);
+
+}  // namespace memsnap::pickle

@@ -1,0 +1,121 @@
+// The in-process recorder: every capture source (C/C++ API, CUPTI) feeds one Recorder.
+//
+// Hot path (record): a thread-local lock-free ring per thread, a clock read, and, with
+// `stacks: native`, a backtrace. Everything else (ordering, live tracking, stack interning,
+// symbolisation, spill writes) happens when a batch ends or a buffer fills, under one lock that
+// only memsnap's own code takes.
+//
+// Do no harm: no method throws, exits or blocks the application on I/O errors. A failure logs one
+// line and the recorder steps aside (active() turns false); the application runs on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memsnap/config.hpp"
+#include "memsnap/event.hpp"
+#include "memsnap/launch_env.hpp"
+
+namespace memsnap {
+
+// Which batches are recorded (Composer's MemorySnapshot semantics). Batches count from 1.
+// Window k (k = 0 .. repeat, or unbounded when repeat is -1) covers batches
+// [skip + 1 + k * interval, skip + (k + 1) * interval] and is named by its last batch.
+// Defaults (skip 1, interval 3, repeat 0): one window over batches 2..4, named 4.
+class WindowPolicy {
+ public:
+  WindowPolicy(std::int64_t skip_batches, std::int64_t interval, std::int64_t repeat);
+  std::int64_t window_of(std::int64_t batch) const;  // window index, or -1 when not recorded
+  bool opens_at(std::int64_t batch) const;
+  bool closes_at(std::int64_t batch) const;
+  std::int64_t first_batch(std::int64_t window) const;
+  std::int64_t last_batch(std::int64_t window) const;
+
+ private:
+  std::int64_t skip_, interval_, repeat_;
+};
+
+// Bounded history: keeps the newest `capacity` events and counts those it dropped.
+class EventRing {
+ public:
+  explicit EventRing(std::size_t capacity);
+  void push(const Event& e);
+  std::size_t size() const { return size_; }
+  std::size_t capacity() const { return buf_.size(); }
+  std::uint64_t dropped() const { return dropped_; }
+  // Oldest first.
+  template <class F>
+  void for_each(F&& f) const {
+    for (std::size_t i = 0; i < size_; ++i) f(buf_[(start_ + i) % buf_.size()]);
+  }
+  std::vector<Event> take();  // the events, oldest first; empties the ring, keeps dropped()
+  void clear();               // empties and resets dropped()
+
+ private:
+  std::vector<Event> buf_;
+  std::size_t start_ = 0, size_ = 0;
+  std::uint64_t dropped_ = 0;
+};
+
+struct RecorderOptions {
+  std::string source = "api";  // api | cupti
+  std::string device_name;
+};
+
+struct RecorderStats {
+  bool active = false;
+  std::int64_t batch = 0;        // the batch now running (1-based)
+  bool window_open = false;
+  std::uint64_t events = 0;      // events seen since start
+  std::uint64_t written = 0;     // events written to the spill
+  std::uint64_t dropped = 0;     // events dropped by the bounded history, all windows
+  std::uint64_t windows = 0;     // windows written
+  std::uint64_t live_allocations = 0;
+  std::uint64_t live_bytes = 0;
+  std::string spill_path;
+};
+
+class Recorder {
+ public:
+  Recorder();
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // The process-wide recorder behind the C API and CUPTI. Never destroyed; flushed at exit.
+  static Recorder& global();
+
+  // Opens the spill and starts counting batches. Returns false (after one log line) when the
+  // config or the folder does not allow recording; the recorder then ignores every call.
+  bool start(const Config& config, const LaunchInfo& launch, const RecorderOptions& options = {}) noexcept;
+
+  void record(Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept;
+  void record_alloc(int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept {
+    record(Action::alloc, device, addr, size, stream);
+  }
+  void record_free(int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept {
+    record(Action::free_completed, device, addr, size, stream);
+  }
+  // A failed allocation: records an `oom` event and writes the current window at once, flagged.
+  void record_oom(int device, std::uint64_t requested, std::uint64_t device_free,
+                  std::uint64_t device_total, std::uint64_t stream) noexcept;
+
+  // The current batch ended (memsnap_step, or an NVTX batch range closed).
+  void step() noexcept;
+  // Writes the current window now (or, outside a window, the recent history). True on success.
+  bool dump() noexcept;
+  // Flushes everything and closes the spill. Idempotent.
+  void stop() noexcept;
+
+  bool active() const noexcept;
+  RecorderStats stats() const noexcept;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace memsnap

@@ -1,0 +1,119 @@
+// The spill file: each recording process's durable, append-only record. The writer runs in the
+// training process (no MPI, no HDF5); the reader runs in the aggregator and `memsnap info`.
+//
+// Byte layout (all integers little-endian; x86-64 and aarch64 both are):
+//
+//   file   := header record*
+//   header := magic "MSNPSPIL" (8) | u32 format_version | u32 header_bytes (=24) | i64 created_unix_ns
+//   record := u32 type | u32 payload_bytes | u32 payload_crc32 | u32 head_crc32 | payload
+//             head_crc32 covers the 12 bytes before it, so a damaged length is caught before it is
+//             used; payload_bytes <= kMaxRecordPayload.
+//
+//   payload by type (str := u32 length | bytes; arrays are raw trivially-copyable structs):
+//     1 META          JSON text of RankMeta
+//     2 FRAMES        u32 first_id | u32 n | n x (str name | str file | u32 line)
+//     3 STACKS        u32 first_id | u32 n | n x (u32 depth | depth x u32 frame_id)
+//     4 WINDOW_OPEN   u32 window | i64 batch_start | i64 open_time_ns
+//     5 LIVE          u32 window | u32 n | n x LiveAlloc (40 bytes)
+//     6 EVENTS        u32 window | u32 n | n x Event (40 bytes)
+//     7 BATCH         u32 window | i64 batch | i64 time_ns
+//     8 SEGMENTS      u32 window | u32 n | n x (u64 addr | u64 size | u64 stream | i16 device |
+//                     str pool | u32 nblocks | nblocks x (u64 addr | u64 size | u64 requested |
+//                     u8 state | u32 stack_id))
+//     9 WINDOW_CLOSE  u32 window | i64 batch_end | i64 close_time_ns | u8 oom | u64 dropped
+//    10 END           (empty) the process shut down cleanly
+//
+// Every record is written whole with one write(2), so a process killed at any moment leaves a file
+// whose complete records all read back; the reader reports the cut as `truncated`. A file
+// without END was not shut down cleanly (killed, crashed, or still running).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "memsnap/record.hpp"
+
+namespace memsnap {
+
+inline constexpr char kSpillMagic[8] = {'M', 'S', 'N', 'P', 'S', 'P', 'I', 'L'};
+inline constexpr std::uint32_t kSpillVersion = 1;
+inline constexpr std::uint32_t kSpillHeaderBytes = 24;
+inline constexpr std::uint32_t kRecordHeaderBytes = 16;
+inline constexpr std::uint32_t kMaxRecordPayload = 64u << 20;
+inline constexpr const char* kSpillSuffix = ".spill";
+
+enum class SpillRecord : std::uint32_t {
+  meta = 1,
+  frames = 2,
+  stacks = 3,
+  window_open = 4,
+  live = 5,
+  events = 6,
+  batch = 7,
+  segments = 8,
+  window_close = 9,
+  end = 10,
+};
+
+// Appends records to one spill file. Never throws: every call returns false once a write failed,
+// and error() says why. Not thread-safe (the Recorder serialises calls).
+class SpillWriter {
+ public:
+  SpillWriter() = default;
+  ~SpillWriter();
+  SpillWriter(const SpillWriter&) = delete;
+  SpillWriter& operator=(const SpillWriter&) = delete;
+
+  // Creates `path` (O_EXCL: never clobbers) and writes the header.
+  bool open(const std::filesystem::path& path);
+  bool is_open() const { return fd_ >= 0; }
+  const std::string& error() const { return error_; }
+  const std::filesystem::path& path() const { return path_; }
+
+  bool write_meta(const RankMeta& meta);
+  bool write_frames(std::uint32_t first_id, std::span<const Frame> frames);
+  bool write_stacks(std::uint32_t first_id, std::span<const Stack> stacks);
+  bool write_window_open(std::uint32_t window, std::int64_t batch_start, std::int64_t time_ns,
+                         std::span<const LiveAlloc> live);
+  bool write_events(std::uint32_t window, std::span<const Event> events);
+  bool write_batch(std::uint32_t window, const BatchMark& mark);
+  bool write_segments(std::uint32_t window, std::span<const Segment> segments);
+  bool write_window_close(std::uint32_t window, std::int64_t batch_end, std::int64_t time_ns,
+                          bool oom, std::uint64_t dropped);
+  bool write_end();
+  bool sync();  // fdatasync: called when a window closes
+  void close();
+
+ private:
+  bool write_record(SpillRecord type, const std::vector<char>& payload);
+  int fd_ = -1;
+  std::filesystem::path path_;
+  std::string error_;
+};
+
+// A spill that cannot be read at all (not a spill, newer version, unreadable).
+class SpillError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Reads a whole spill. Damage is not an exception: the result holds every complete record before
+// it, with status truncated or corrupt and status_detail naming the byte offset.
+RankRecord read_spill(const std::filesystem::path& path);
+RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name);
+
+// The spill files of a run folder (RUN_DIR/spill/*.spill or RUN_DIR/*.spill), sorted by name.
+std::vector<std::filesystem::path> find_spills(const std::filesystem::path& run_dir);
+
+// The spill file name of one process: rank<R>.pid<P>.spill.
+std::string spill_file_name(int rank, std::int64_t pid);
+
+// RankMeta <-> JSON (the META record, `memsnap info --json`).
+std::string meta_to_json(const RankMeta& meta);
+RankMeta meta_from_json(const std::string& text);
+
+}  // namespace memsnap

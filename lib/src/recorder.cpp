@@ -1,0 +1,695 @@
+#include "memsnap/recorder.hpp"
+
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "log.hpp"
+#include "memsnap/names.hpp"
+#include "memsnap/record.hpp"
+#include "memsnap/spill.hpp"
+#include "memsnap/version.hpp"
+#include "stacks.hpp"
+
+namespace memsnap {
+
+// ---------------------------------------------------------------------------------------------
+// WindowPolicy
+
+WindowPolicy::WindowPolicy(std::int64_t skip, std::int64_t interval, std::int64_t repeat)
+    : skip_(std::max<std::int64_t>(skip, 0)), interval_(std::max<std::int64_t>(interval, 1)), repeat_(repeat) {}
+
+std::int64_t WindowPolicy::window_of(std::int64_t batch) const {
+  if (batch <= skip_) return -1;
+  const std::int64_t k = (batch - skip_ - 1) / interval_;
+  if (repeat_ >= 0 && k > repeat_) return -1;
+  return k;
+}
+bool WindowPolicy::opens_at(std::int64_t batch) const {
+  const auto k = window_of(batch);
+  return k >= 0 && first_batch(k) == batch;
+}
+bool WindowPolicy::closes_at(std::int64_t batch) const {
+  const auto k = window_of(batch);
+  return k >= 0 && last_batch(k) == batch;
+}
+std::int64_t WindowPolicy::first_batch(std::int64_t k) const { return skip_ + 1 + k * interval_; }
+std::int64_t WindowPolicy::last_batch(std::int64_t k) const { return skip_ + (k + 1) * interval_; }
+
+// ---------------------------------------------------------------------------------------------
+// EventRing
+
+EventRing::EventRing(std::size_t capacity) : buf_(std::max<std::size_t>(capacity, 1)) {}
+
+void EventRing::push(const Event& e) {
+  if (size_ == buf_.size()) {
+    buf_[start_] = e;
+    start_ = (start_ + 1) % buf_.size();
+    ++dropped_;
+    return;
+  }
+  buf_[(start_ + size_) % buf_.size()] = e;
+  ++size_;
+}
+
+std::vector<Event> EventRing::take() {
+  std::vector<Event> out;
+  out.reserve(size_);
+  for_each([&](const Event& e) { out.push_back(e); });
+  start_ = 0;
+  size_ = 0;
+  return out;
+}
+
+void EventRing::clear() {
+  start_ = 0;
+  size_ = 0;
+  dropped_ = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recorder
+
+namespace {
+
+std::int64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::int64_t wall_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+constexpr int kMaxDepth = 64;
+
+// One thread's events on their way to the recorder: a single-producer (the owning thread),
+// single-consumer (whoever drains, under the recorder's lock) ring.
+struct ThreadBuffer {
+  static constexpr std::uint64_t kCapacity = 4096;
+  explicit ThreadBuffer(int depth) : depth_limit(depth) {
+    if (depth > 0) pcs = std::make_unique<std::uintptr_t[]>(kCapacity * depth);
+  }
+  alignas(64) std::atomic<std::uint64_t> head{0};
+  alignas(64) std::atomic<std::uint64_t> tail{0};
+  std::atomic<bool> retired{false};
+  int depth_limit = 0;
+  Event events[kCapacity];
+  std::uint8_t depth[kCapacity] = {};
+  std::unique_ptr<std::uintptr_t[]> pcs;
+};
+
+// Set while a thread is inside memsnap (a hook re-entered through the allocator is ignored).
+thread_local bool t_in_hook = false;
+struct HookGuard {
+  HookGuard() { t_in_hook = true; }
+  ~HookGuard() { t_in_hook = false; }
+};
+
+std::atomic<std::uint64_t> g_epoch{0};
+std::atomic<Recorder::Impl*> g_global_impl{nullptr};
+
+struct ThreadSlot {
+  const void* owner = nullptr;
+  std::uint64_t epoch = 0;
+  ThreadBuffer* buffer = nullptr;
+  ~ThreadSlot() {
+    if (buffer != nullptr) buffer->retired.store(true, std::memory_order_release);
+  }
+};
+thread_local ThreadSlot t_slot;
+
+std::uint64_t live_key(int device, std::uint64_t addr) {
+  return addr ^ (static_cast<std::uint64_t>(static_cast<std::uint16_t>(device + 1)) << 48);
+}
+
+struct StackKeyHash {
+  std::size_t operator()(const std::vector<std::uintptr_t>& v) const noexcept {
+    std::size_t h = 1469598103934665603ull;
+    for (auto pc : v) h = (h ^ pc) * 1099511628211ull;
+    return h;
+  }
+};
+
+}  // namespace
+
+struct Recorder::Impl {
+  // Read on every hot-path call.
+  std::atomic<bool> active{false};
+  bool native_stacks = false;
+  int stack_depth = 0;
+  std::uint64_t epoch = 0;
+
+  std::mutex mutex;  // everything below; taken only by memsnap's own code
+  std::vector<std::unique_ptr<ThreadBuffer>> buffers;
+  bool started = false;
+  bool stopped = false;
+  Config config;
+  RankMeta meta;
+  WindowPolicy policy{1, 3, 0};
+  SpillWriter spill;
+  std::int64_t batch = 1;
+  bool window_open = false;
+  std::uint32_t window_id = 0;  // id of the open window, or the next one
+  std::uint64_t window_dropped = 0;
+  std::unique_ptr<EventRing> history;
+  std::unordered_map<std::uint64_t, LiveAlloc> live;       // allocations
+  std::unordered_map<std::uint64_t, LiveAlloc> segments;   // reserved memory
+  std::uint64_t live_bytes = 0;
+  std::uint64_t events_seen = 0, events_written = 0, dropped_total = 0, windows_written = 0;
+  std::vector<Event> scratch;
+
+  // Native stacks: raw return-address stacks interned by value; symbolised when written.
+  std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackKeyHash> stack_ids;
+  std::vector<std::vector<std::uintptr_t>> raw_stacks;
+  std::unordered_map<std::uintptr_t, std::uint32_t> frame_ids;
+  std::vector<Frame> frames;
+  std::size_t frames_written = 0, stacks_written = 0;
+  std::atomic<bool> warned_io{false}, warned_internal{false};
+
+  ThreadBuffer* buffer_for_this_thread(const void* owner) {
+    if (t_slot.owner == owner && t_slot.epoch == epoch && t_slot.buffer != nullptr) return t_slot.buffer;
+    std::lock_guard lock(mutex);
+    ThreadBuffer* buf = nullptr;
+    for (auto& b : buffers) {
+      // A retired buffer is reused once drained, so thread churn does not grow memory.
+      if (b->retired.load(std::memory_order_acquire) &&
+          b->head.load(std::memory_order_acquire) == b->tail.load(std::memory_order_relaxed)) {
+        b->retired.store(false, std::memory_order_relaxed);
+        buf = b.get();
+        break;
+      }
+    }
+    if (buf == nullptr) {
+      buffers.push_back(std::make_unique<ThreadBuffer>(native_stacks ? stack_depth : 0));
+      buf = buffers.back().get();
+    }
+    t_slot.owner = owner;
+    t_slot.epoch = epoch;
+    t_slot.buffer = buf;
+    return buf;
+  }
+
+  std::uint32_t intern_stack(const std::uintptr_t* pcs, int depth) {
+    // Trim memsnap's own frames (the hook, the C API) from the top.
+    int first = 0;
+    while (first < depth && stacks::is_own_frame(pcs[first])) ++first;
+    std::vector<std::uintptr_t> key(pcs + first, pcs + depth);
+    if (key.empty()) return kNoStack;
+    auto [it, inserted] = stack_ids.try_emplace(std::move(key), static_cast<std::uint32_t>(raw_stacks.size()));
+    if (inserted) raw_stacks.push_back(it->first);
+    return it->second;
+  }
+
+  void apply_live(const Event& e) {
+    switch (e.action) {
+      case Action::alloc: {
+        LiveAlloc a{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 0, 0};
+        auto [it, inserted] = live.insert_or_assign(live_key(e.device, e.addr), a);
+        (void)it;
+        (void)inserted;
+        live_bytes += e.size;
+        break;
+      }
+      case Action::free_completed: {
+        auto it = live.find(live_key(e.device, e.addr));
+        if (it != live.end()) {
+          live_bytes -= it->second.size;
+          live.erase(it);
+        }
+        break;
+      }
+      case Action::segment_alloc:
+      case Action::segment_map:
+        segments[live_key(e.device, e.addr)] = LiveAlloc{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 1, 0};
+        break;
+      case Action::segment_free:
+      case Action::segment_unmap:
+        segments.erase(live_key(e.device, e.addr));
+        break;
+      default:
+        break;
+    }
+  }
+
+  // Moves every thread's pending events, in time order, into live tracking and the history.
+  void drain() {
+    scratch.clear();
+    for (auto& b : buffers) {
+      const std::uint64_t tail = b->tail.load(std::memory_order_relaxed);
+      const std::uint64_t head = b->head.load(std::memory_order_acquire);
+      for (std::uint64_t i = tail; i < head; ++i) {
+        const std::size_t slot = i & (ThreadBuffer::kCapacity - 1);
+        Event e = b->events[slot];
+        if (b->depth_limit > 0 && b->depth[slot] > 0) {
+          e.stack_id = intern_stack(b->pcs.get() + slot * b->depth_limit, b->depth[slot]);
+        }
+        scratch.push_back(e);
+      }
+      b->tail.store(head, std::memory_order_release);
+    }
+    if (scratch.empty()) return;
+    std::stable_sort(scratch.begin(), scratch.end(),
+                     [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; });
+    const bool keep_history = window_open || config.oom_snapshot;
+    for (const auto& e : scratch) {
+      apply_live(e);
+      if (keep_history) history->push(e);
+    }
+    events_seen += scratch.size();
+  }
+
+  std::vector<LiveAlloc> live_snapshot() const {
+    std::vector<LiveAlloc> out;
+    out.reserve(live.size() + segments.size());
+    for (const auto& [k, a] : segments) out.push_back(a);
+    for (const auto& [k, a] : live) out.push_back(a);
+    std::sort(out.begin(), out.end(), [](const LiveAlloc& a, const LiveAlloc& b) {
+      return std::tie(a.time_ns, a.device, a.addr) < std::tie(b.time_ns, b.device, b.addr);
+    });
+    return out;
+  }
+
+  // What was live before the events now in the history: live now, with the history undone.
+  std::vector<LiveAlloc> live_before_history() const {
+    auto allocs = live;
+    auto segs = segments;
+    std::vector<Event> events;
+    history->for_each([&](const Event& e) { events.push_back(e); });
+    for (auto it = events.rbegin(); it != events.rend(); ++it) {
+      const Event& e = *it;
+      const auto key = live_key(e.device, e.addr);
+      switch (e.action) {
+        case Action::alloc: allocs.erase(key); break;
+        case Action::free_completed: allocs[key] = LiveAlloc{e.addr, e.size, e.stream, 0, kNoStack, e.device, 0, 0}; break;
+        case Action::segment_alloc:
+        case Action::segment_map: segs.erase(key); break;
+        case Action::segment_free:
+        case Action::segment_unmap: segs[key] = LiveAlloc{e.addr, e.size, e.stream, 0, kNoStack, e.device, 1, 0}; break;
+        default: break;
+      }
+    }
+    std::vector<LiveAlloc> out;
+    for (const auto& [k, a] : segs) out.push_back(a);
+    for (const auto& [k, a] : allocs) out.push_back(a);
+    std::sort(out.begin(), out.end(), [](const LiveAlloc& a, const LiveAlloc& b) {
+      return std::tie(a.time_ns, a.device, a.addr) < std::tie(b.time_ns, b.device, b.addr);
+    });
+    return out;
+  }
+
+  // Allocator state at window end: each live segment with the live allocations inside it.
+  std::vector<Segment> segment_state() const {
+    std::vector<Segment> out;
+    for (const auto& [k, s] : segments) {
+      Segment seg;
+      seg.addr = s.addr;
+      seg.size = s.size;
+      seg.stream = s.stream;
+      seg.device = s.device;
+      for (const auto& [ak, a] : live) {
+        if (a.device == s.device && a.addr >= s.addr && a.addr < s.addr + s.size) {
+          seg.blocks.push_back(Block{a.addr, a.size, a.size, 1, a.stack_id});
+        }
+      }
+      std::sort(seg.blocks.begin(), seg.blocks.end(), [](const Block& a, const Block& b) { return a.addr < b.addr; });
+      out.push_back(std::move(seg));
+    }
+    std::sort(out.begin(), out.end(), [](const Segment& a, const Segment& b) {
+      return std::tie(a.device, a.addr) < std::tie(b.device, b.addr);
+    });
+    return out;
+  }
+
+  // Steps aside after a write failure: one line, then the job runs on unrecorded.
+  void fail_io() {
+    log::once(warned_io, log::Level::warn,
+              spill.error() + "; recording stops here, the job goes on (what was written stays readable)");
+    active.store(false);
+    spill.close();
+  }
+
+  bool write_new_stacks() {
+    if (!native_stacks || stacks_written == raw_stacks.size()) return true;
+    stacks::Symbolizer symbolizer;
+    std::vector<Stack> fresh;
+    for (std::size_t i = stacks_written; i < raw_stacks.size(); ++i) {
+      Stack s;
+      for (auto pc : raw_stacks[i]) {
+        auto [it, inserted] = frame_ids.try_emplace(pc, static_cast<std::uint32_t>(frames.size()));
+        if (inserted) frames.push_back(symbolizer.resolve(pc));
+        s.push_back(it->second);
+      }
+      fresh.push_back(std::move(s));
+    }
+    if (frames.size() > frames_written) {
+      if (!spill.write_frames(static_cast<std::uint32_t>(frames_written),
+                              std::span<const Frame>(frames).subspan(frames_written))) return false;
+      frames_written = frames.size();
+    }
+    if (!spill.write_stacks(static_cast<std::uint32_t>(stacks_written), fresh)) return false;
+    stacks_written = raw_stacks.size();
+    return true;
+  }
+
+  bool flush_history() {
+    const auto events = history->take();
+    if (events.empty()) return true;
+    if (!spill.write_events(window_id, events)) return false;
+    events_written += events.size();
+    return true;
+  }
+
+  void open_window(std::int64_t time) {
+    window_open = true;
+    history->clear();
+    window_dropped = 0;
+    if (!spill.write_window_open(window_id, batch, time, live_snapshot()) ||
+        !spill.write_batch(window_id, BatchMark{batch, time})) {
+      fail_io();
+    }
+  }
+
+  bool close_window(std::int64_t batch_end, bool oom) {
+    const auto dropped = history->dropped();
+    const bool ok = flush_history() && write_new_stacks() && spill.write_segments(window_id, segment_state()) &&
+                    spill.write_window_close(window_id, batch_end, now_ns(), oom, dropped) && spill.sync();
+    dropped_total += dropped;
+    history->clear();
+    window_open = false;
+    ++window_id;
+    if (!ok) {
+      fail_io();
+      return false;
+    }
+    ++windows_written;
+    if (dropped > 0) {
+      log::write(log::Level::warn, "window ending at batch " + std::to_string(batch_end) + " dropped " +
+                                       std::to_string(dropped) + " events (max_entries = " +
+                                       std::to_string(config.max_entries) + ")");
+    }
+    return true;
+  }
+
+  // A window outside the schedule (OOM or dump outside a window): the recent history.
+  bool write_adhoc_window(bool oom) {
+    const auto live_before = live_before_history();
+    std::int64_t first_time = now_ns();
+    history->for_each([&](const Event& e) { first_time = std::min(first_time, e.time_ns); });
+    if (!spill.write_window_open(window_id, batch, first_time, live_before) ||
+        !spill.write_batch(window_id, BatchMark{batch, first_time})) {
+      fail_io();
+      return false;
+    }
+    window_open = true;
+    const bool ok = close_window(batch, oom);
+    // The history keeps feeding later OOM snapshots.
+    return ok;
+  }
+};
+
+Recorder::Recorder() : impl_(std::make_unique<Impl>()) {}
+
+Recorder::~Recorder() { stop(); }
+
+Recorder& Recorder::global() {
+  // Never destroyed: threads and atexit handlers may still call in during process teardown.
+  static Recorder* instance = new Recorder();
+  return *instance;
+}
+
+namespace {
+void stop_global_at_exit() { Recorder::global().stop(); }
+void disable_in_fork_child() {
+  // The child inherits a copy of a recorder whose lock may be held by a thread that does not
+  // exist there: it records nothing and never touches the lock.
+  t_in_hook = true;
+  if (Recorder::Impl* impl = g_global_impl.load()) impl->active.store(false);
+}
+}  // namespace
+
+bool Recorder::start(const Config& config, const LaunchInfo& launch, const RecorderOptions& options) noexcept {
+  Impl& s = *impl_;
+  try {
+    std::lock_guard lock(s.mutex);
+    if (s.started) {
+      log::write(log::Level::warn, "memsnap is already started; the second start is ignored");
+      return s.active.load();
+    }
+    s.started = true;
+    log::set_rank(launch.rank);
+    if (!config.enabled) {
+      log::write(log::Level::info, "disabled by the config (enabled: false)");
+      return false;
+    }
+    s.config = config;
+    s.policy = WindowPolicy(config.skip_batches, config.interval, config.repeat);
+    s.history = std::make_unique<EventRing>(static_cast<std::size_t>(config.max_entries));
+    s.native_stacks = config.stacks == StackMode::native;
+    s.stack_depth = static_cast<int>(std::clamp<std::int64_t>(config.stack_depth + 4, 1, kMaxDepth));
+    if (s.native_stacks) stacks::warm_up();
+
+    RankMeta& m = s.meta;
+    m.rank = launch.rank;
+    m.local_rank = launch.local_rank;
+    m.world_size = launch.world_size;
+    m.local_world_size = launch.local_world_size;
+    m.node_rank = launch.node_rank;
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    m.host = host;
+    m.pid = getpid();
+    m.run_name = config.run_name.empty() ? default_run_name(launch) : config.run_name;
+    m.source = options.source;
+    m.device_name = options.device_name;
+    m.config_json = config_to_json(config).dump();
+    m.tool_version = kVersion;
+    m.start_unix_ns = wall_ns();
+    m.clock_offset_ns = m.start_unix_ns - now_ns();
+
+    NameVars vars{m.run_name, m.rank, m.local_rank, m.world_size, m.local_world_size, m.node_rank, std::nullopt,
+                  timestamp_now()};
+    check_run_name(m.run_name);
+    const std::filesystem::path folder = format_name(config.folder, vars);
+    const std::filesystem::path spill_dir = folder / "spill";
+    std::error_code ec;
+    std::filesystem::create_directories(spill_dir, ec);
+    if (ec) {
+      log::write(log::Level::warn, "cannot create " + spill_dir.string() + ": " + ec.message() +
+                                       "; this run is not recorded, the job goes on");
+      return false;
+    }
+    // overwrite: false keeps an earlier run's record of this rank untouched.
+    const std::string prefix = "rank" + std::to_string(m.rank) + ".pid";
+    std::vector<std::filesystem::path> earlier;
+    for (const auto& entry : std::filesystem::directory_iterator(spill_dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && entry.path().extension() == kSpillSuffix) earlier.push_back(entry.path());
+    }
+    if (!earlier.empty() && !config.overwrite) {
+      log::write(log::Level::warn, "an earlier record of rank " + std::to_string(m.rank) + " is in " +
+                                       spill_dir.string() + " (" + earlier.front().filename().string() +
+                                       "); overwrite is false, so this run is not recorded and the job goes on. "
+                                       "Set overwrite: true, another folder or another run_name.");
+      return false;
+    }
+    for (const auto& p : earlier) std::filesystem::remove(p, ec);
+
+    if (!s.spill.open(spill_dir / spill_file_name(m.rank, m.pid)) || !s.spill.write_meta(m)) {
+      log::write(log::Level::warn, s.spill.error() + "; this run is not recorded, the job goes on");
+      s.spill.close();
+      return false;
+    }
+    s.epoch = g_epoch.fetch_add(1) + 1;
+    s.batch = 1;
+    if (s.policy.opens_at(s.batch)) s.open_window(now_ns());
+    if (this == &global()) {
+      g_global_impl.store(&s);
+      static std::once_flag hooks;
+      std::call_once(hooks, [] {
+        std::atexit(stop_global_at_exit);
+        pthread_atfork(nullptr, nullptr, disable_in_fork_child);
+      });
+    }
+    s.active.store(s.spill.is_open());
+    return s.active.load();
+  } catch (const std::exception& e) {
+    log::write(log::Level::warn, std::string(e.what()) + "; this run is not recorded, the job goes on");
+  } catch (...) {
+    log::write(log::Level::warn, "unexpected error at start; this run is not recorded, the job goes on");
+  }
+  s.active.store(false);
+  return false;
+}
+
+void Recorder::record(Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept {
+  Impl& s = *impl_;
+  if (!s.active.load(std::memory_order_relaxed) || t_in_hook) return;
+  HookGuard guard;
+  try {
+    ThreadBuffer* b = s.buffer_for_this_thread(this);
+    const std::uint64_t head = b->head.load(std::memory_order_relaxed);
+    if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) {
+      std::lock_guard lock(s.mutex);
+      s.drain();
+    }
+    const std::size_t slot = head & (ThreadBuffer::kCapacity - 1);
+    Event& e = b->events[slot];
+    e.time_ns = now_ns();
+    e.addr = addr;
+    e.size = size;
+    e.stream = stream;
+    e.stack_id = kNoStack;
+    e.device = static_cast<std::int16_t>(device);
+    e.action = action;
+    e.flags = 0;
+    if (b->depth_limit > 0) {
+      b->depth[slot] = static_cast<std::uint8_t>(stacks::capture(b->pcs.get() + slot * b->depth_limit, b->depth_limit));
+    }
+    b->head.store(head + 1, std::memory_order_release);
+  } catch (...) {
+    log::once(s.warned_internal, log::Level::warn, "internal error while recording; recording stops, the job goes on");
+    s.active.store(false);
+  }
+}
+
+void Recorder::record_oom(int device, std::uint64_t requested, std::uint64_t device_free,
+                          std::uint64_t device_total, std::uint64_t stream) noexcept {
+  Impl& s = *impl_;
+  if (!s.active.load() || t_in_hook) return;
+  HookGuard guard;
+  try {
+    std::lock_guard lock(s.mutex);
+    if (!s.active.load()) return;
+    s.drain();
+    Event e{now_ns(), device_free, requested, stream, kNoStack, static_cast<std::int16_t>(device), Action::oom, 0};
+    s.history->push(e);
+    ++s.events_seen;
+    if (device >= 0) {
+      if (s.meta.device_total_bytes.size() <= static_cast<std::size_t>(device)) s.meta.device_total_bytes.resize(device + 1);
+      s.meta.device_total_bytes[device] = device_total;
+    }
+    log::write(log::Level::warn, "out of memory on device " + std::to_string(device) + " in batch " +
+                                     std::to_string(s.batch) + " (requested " + std::to_string(requested) +
+                                     " bytes, " + std::to_string(device_free) + " free); writing the window now");
+    if (s.window_open) {
+      s.close_window(s.batch, true);
+    } else if (s.config.oom_snapshot) {
+      s.write_adhoc_window(true);
+    }
+  } catch (...) {
+    log::once(s.warned_internal, log::Level::warn, "internal error at an OOM; recording stops, the job goes on");
+    s.active.store(false);
+  }
+}
+
+void Recorder::step() noexcept {
+  Impl& s = *impl_;
+  if (!s.active.load() || t_in_hook) return;
+  HookGuard guard;
+  try {
+    std::lock_guard lock(s.mutex);
+    if (!s.active.load()) return;
+    s.drain();
+    const std::int64_t ended = s.batch;
+    if (s.window_open) {
+      if (s.policy.closes_at(ended)) {
+        s.close_window(ended, false);
+      } else if (!s.flush_history()) {
+        s.fail_io();
+        return;
+      }
+    }
+    s.batch = ended + 1;
+    const std::int64_t t = now_ns();
+    if (!s.active.load()) return;
+    if (s.policy.opens_at(s.batch)) {
+      s.open_window(t);
+    } else if (s.window_open) {
+      if (!s.spill.write_batch(s.window_id, BatchMark{s.batch, t})) s.fail_io();
+    } else if (!s.config.oom_snapshot) {
+      s.history->clear();
+    }
+  } catch (...) {
+    log::once(s.warned_internal, log::Level::warn, "internal error at a batch step; recording stops, the job goes on");
+    s.active.store(false);
+  }
+}
+
+bool Recorder::dump() noexcept {
+  Impl& s = *impl_;
+  if (!s.active.load() || t_in_hook) return false;
+  HookGuard guard;
+  try {
+    std::lock_guard lock(s.mutex);
+    if (!s.active.load()) return false;
+    s.drain();
+    return s.window_open ? s.close_window(s.batch, false) : s.write_adhoc_window(false);
+  } catch (...) {
+    log::once(s.warned_internal, log::Level::warn, "internal error at a dump; recording stops, the job goes on");
+    s.active.store(false);
+    return false;
+  }
+}
+
+void Recorder::stop() noexcept {
+  Impl& s = *impl_;
+  if (t_in_hook) return;
+  HookGuard guard;
+  try {
+    std::lock_guard lock(s.mutex);
+    if (s.stopped || !s.started) return;
+    s.stopped = true;
+    const bool was_active = s.active.exchange(false);
+    if (!was_active || !s.spill.is_open()) return;
+    s.drain();
+    // A window still open when the job ends closes at the batch that was running.
+    if (s.window_open && !s.close_window(s.batch, false)) return;
+    if (!s.spill.write_end() || !s.spill.sync()) {
+      s.fail_io();
+      return;
+    }
+    s.spill.close();
+  } catch (...) {
+    log::once(s.warned_internal, log::Level::warn, "internal error at shutdown");
+  }
+}
+
+bool Recorder::active() const noexcept { return impl_->active.load(); }
+
+RecorderStats Recorder::stats() const noexcept {
+  Impl& s = *impl_;
+  RecorderStats out;
+  try {
+    std::lock_guard lock(s.mutex);
+    if (s.active.load()) s.drain();
+    out.active = s.active.load();
+    out.batch = s.batch;
+    out.window_open = s.window_open;
+    out.events = s.events_seen;
+    out.written = s.events_written;
+    out.dropped = s.dropped_total + (s.history ? s.history->dropped() : 0) * (s.window_open ? 1 : 0);
+    out.windows = s.windows_written;
+    out.live_allocations = s.live.size();
+    out.live_bytes = s.live_bytes;
+    out.spill_path = s.spill.path().string();
+  } catch (...) {
+  }
+  return out;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,26 @@
+// Renders memsnap's self-contained HTML report pages (per-rank window page, cross-rank page).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace memsnap::report {
+
+/// A complete HTML document for one rank's window (the "rank page" data contract, described at
+/// the top of html.cpp). Does not throw on odd data: missing fields render as "not recorded".
+/// All scripts and styles are inlined; the page loads nothing when viewed.
+std::string render_rank_page(const nlohmann::json& data);
+
+/// A complete HTML document comparing all ranks of a run (data contract: "Cross-rank page").
+std::string render_cross_page(const nlohmann::json& data);
+
+/// JSON text that is safe inside <script type="application/json">: '<', '>', '&', U+2028 and
+/// U+2029 are written as \uXXXX escapes, invalid UTF-8 is replaced by U+FFFD.
+std::string json_for_script(const nlohmann::json& data);
+
+/// Text escaped for HTML element content and quoted attribute values.
+std::string escape_html(std::string_view text);
+
+}  // namespace memsnap::report
