@@ -394,14 +394,15 @@ void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& o
 RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name) {
   RankRecord out;
   out.path = name;
-  if (bytes.size() < kSpillHeaderBytes || std::memcmp(bytes.data(), kSpillMagic, 8) != 0) {
-    if (bytes.size() < 8 && std::memcmp(bytes.data(), kSpillMagic, bytes.size()) == 0) {
-      // A process killed while writing its header: nothing recorded, but it was a spill.
-      out.status = RecordStatus::truncated;
-      out.status_detail = "the file ends inside its header (" + std::to_string(bytes.size()) + " bytes)";
-      return out;
-    }
+  const std::size_t magic_bytes = std::min<std::size_t>(bytes.size(), 8);
+  if (std::memcmp(bytes.data(), kSpillMagic, magic_bytes) != 0) {
     throw SpillError(name + ": not a memsnap spill file (bad magic)");
+  }
+  if (bytes.size() < kSpillHeaderBytes) {
+    // A process killed while writing its header: nothing recorded, but it was a spill.
+    out.status = RecordStatus::truncated;
+    out.status_detail = "the file ends inside its header (" + std::to_string(bytes.size()) + " bytes)";
+    return out;
   }
   std::uint32_t version = 0;
   std::memcpy(&version, bytes.data() + 8, 4);

@@ -10,6 +10,8 @@
 #include <cstring>
 
 #ifdef MEMSNAP_HAVE_LIBDW
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #endif
 
@@ -54,6 +56,44 @@ std::string hex(std::uintptr_t v) {
 }
 }  // namespace
 
+#ifdef MEMSNAP_HAVE_LIBDW
+// When pc lies in code inlined into a function, the line table gives the inlined callee's line
+// (often a header). The frame is the function itself, so report where it called the inlined code:
+// DW_AT_call_file/DW_AT_call_line of the outermost inlined scope.
+bool call_site_of_inlined_code(Dwfl_Module* mod, std::uintptr_t pc, Frame& f) {
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cu = dwfl_module_addrdie(mod, pc, &bias);
+  if (cu == nullptr) return false;
+  Dwarf_Die* scopes = nullptr;
+  const int n = dwarf_getscopes(cu, pc - bias, &scopes);
+  if (n <= 0) return false;
+  Dwarf_Die* outermost_inline = nullptr;
+  for (int i = 0; i < n; ++i) {
+    const int tag = dwarf_tag(&scopes[i]);
+    if (tag == DW_TAG_inlined_subroutine) outermost_inline = &scopes[i];
+    if (tag == DW_TAG_subprogram) break;
+  }
+  bool found = false;
+  if (outermost_inline != nullptr) {
+    Dwarf_Attribute attr;
+    Dwarf_Word file_index = 0, line = 0;
+    Dwarf_Files* files = nullptr;
+    std::size_t nfiles = 0;
+    if (dwarf_formudata(dwarf_attr(outermost_inline, DW_AT_call_file, &attr), &file_index) == 0 &&
+        dwarf_formudata(dwarf_attr(outermost_inline, DW_AT_call_line, &attr), &line) == 0 &&
+        dwarf_getsrcfiles(cu, &files, &nfiles) == 0 && file_index < nfiles) {
+      if (const char* file = dwarf_filesrc(files, file_index, nullptr, nullptr)) {
+        f.file = file;
+        f.line = static_cast<std::uint32_t>(line);
+        found = true;
+      }
+    }
+  }
+  std::free(scopes);
+  return found;
+}
+#endif
+
 struct Symbolizer::Impl {
 #ifdef MEMSNAP_HAVE_LIBDW
   Dwfl_Callbacks callbacks{};
@@ -89,7 +129,9 @@ Frame Symbolizer::resolve(std::uintptr_t return_address) {
   if (impl_->dwfl != nullptr) {
     if (Dwfl_Module* mod = dwfl_addrmodule(impl_->dwfl, pc)) {
       if (const char* name = dwfl_module_addrname(mod, pc)) f.name = demangle(name);
-      if (Dwfl_Line* line = dwfl_module_getsrc(mod, pc)) {
+      if (call_site_of_inlined_code(mod, pc, f)) {
+        // pc is in code inlined into the symbol's function: f holds that function's call line.
+      } else if (Dwfl_Line* line = dwfl_module_getsrc(mod, pc)) {
         int lineno = 0;
         if (const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr)) {
           f.file = file;

@@ -1,0 +1,77 @@
+// Per-window analysis: what the aggregator computes for every rank's window and the store keeps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memsnap/record.hpp"
+
+namespace memsnap {
+
+// FSDP-aware grouping of allocations, decided from the frames of their stack.
+enum class Category : std::uint8_t {
+  parameters = 0,
+  gradients = 1,
+  optimizer_state = 2,
+  all_gather = 3,
+  reduce_scatter = 4,
+  activations = 5,
+  other = 6,
+};
+inline constexpr int kCategoryCount = 7;
+const char* category_name(Category c);
+
+// Bytes held at the window's peak by one allocation site.
+struct SiteStat {
+  std::uint32_t stack_id = kNoStack;  // a representative full stack (kNoStack: none recorded)
+  std::string name;                   // the site: innermost frame outside allocator internals
+  Category category = Category::other;
+  std::uint64_t bytes_at_peak = 0;
+  std::uint64_t count_at_peak = 0;
+  std::uint64_t bytes_allocated = 0;  // over the whole window
+  std::uint64_t allocations = 0;
+};
+
+struct BatchStat {
+  std::int64_t batch = 0;
+  std::uint64_t peak_allocated = 0;
+  std::uint64_t live_at_end = 0;
+};
+
+struct WindowStats {
+  std::int64_t batch_start = 0;
+  std::int64_t batch_end = 0;
+  std::uint64_t n_events = 0;
+  std::uint64_t dropped = 0;
+  std::uint64_t peak_allocated = 0;
+  std::int64_t peak_allocated_time_ns = 0;
+  std::uint64_t peak_reserved = 0;
+  std::int64_t peak_reserved_time_ns = 0;
+  std::uint64_t live_at_open = 0;    // allocated bytes when the window opened
+  std::uint64_t live_at_close = 0;   // allocated bytes when it closed
+  std::uint64_t reserved_at_open = 0;
+  std::uint64_t reserved_at_close = 0;
+  std::uint64_t persistent = 0;      // bytes of allocations live across the whole window
+  std::uint64_t fragmentation_at_peak = 0;  // reserved minus allocated at the allocated peak
+  bool reserved_seen = false;        // the source reported segments (else reserved = allocated)
+  bool oom = false;
+  std::uint64_t oom_requested = 0;
+  RecordStatus status = RecordStatus::ok;
+  std::vector<SiteStat> sites;       // by bytes at peak, largest first (top_sites)
+  std::uint64_t category_bytes_at_peak[kCategoryCount] = {};
+  std::vector<BatchStat> batches;
+};
+
+struct AnalysisOptions {
+  std::size_t top_sites = 32;
+};
+
+WindowStats analyse_window(const RankRecord& rank, const WindowRecord& window, const AnalysisOptions& options = {});
+
+// The site of a stack: the innermost frame that is not allocator or framework plumbing,
+// as "function (file:line)". Empty stack: "<no stack>".
+std::string site_name(const RankRecord& rank, std::uint32_t stack_id);
+Category categorize(const RankRecord& rank, std::uint32_t stack_id);
+
+}  // namespace memsnap

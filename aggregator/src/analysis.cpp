@@ -1,0 +1,278 @@
+#include "memsnap/analysis.hpp"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace memsnap {
+namespace {
+
+std::uint64_t key_of(int device, std::uint64_t addr) {
+  return addr ^ (static_cast<std::uint64_t>(static_cast<std::uint16_t>(device + 1)) << 48);
+}
+
+bool contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
+
+// Frames that say how memory was allocated rather than who wanted it.
+bool is_plumbing(const Frame& f) {
+  static constexpr std::string_view names[] = {
+      "memsnap",        "c10::",           "at::",          "cudaMalloc",      "cuMem",
+      "CachingAllocator", "std::",     "__libc_start",  "_start",          "operator new",
+      "malloc",         "torch::autograd::", "pybind11",    "_PyEval",         "PyObject_",
+      "_PyObject",      "_PyFunction",     "THPVariable",   "cfunction_call",  "method_vectorcall",
+      "torch::jit::",   "_call_impl",      "_wrapped_call_impl", "decorate_context", "0x"};
+  static constexpr std::string_view files[] = {
+      "libc10",          "libtorch",         "libcuda",          "libcudart",    "libpython",
+      "torch/nn/modules/module.py", "torch/utils/_contextlib.py", "torch/_tensor.py",
+      "torch/autograd/__init__.py", "torch/autograd/graph.py", "torch/_ops.py", "torch/cuda/memory.py",
+      "torch/utils/_device.py",     "torch/nn/functional.py",   "torch/_compile.py", "<frozen"};
+  for (auto n : names) {
+    if (f.name.rfind(n, 0) == 0 || (n.size() > 4 && contains(f.name, n))) return true;
+  }
+  for (auto p : files) {
+    if (contains(f.file, p)) return true;
+  }
+  return false;
+}
+
+std::string label(const Frame& f) {
+  std::string s = f.name.empty() ? std::string("??") : f.name;
+  if (!f.file.empty()) {
+    s += " (" + f.file;
+    if (f.line > 0) s += ":" + std::to_string(f.line);
+    s += ")";
+  }
+  return s;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+const char* category_name(Category c) {
+  static constexpr const char* names[kCategoryCount] = {"parameters",     "gradients",   "optimizer_state", "all_gather",
+                                                        "reduce_scatter", "activations", "other"};
+  const auto i = static_cast<int>(c);
+  return i >= 0 && i < kCategoryCount ? names[i] : "other";
+}
+
+std::string site_name(const RankRecord& rank, std::uint32_t stack_id) {
+  if (stack_id >= rank.stacks.size() || rank.stacks[stack_id].empty()) return "<no stack>";
+  const Stack& stack = rank.stacks[stack_id];
+  for (auto id : stack) {
+    if (id < rank.frames.size() && !is_plumbing(rank.frames[id])) return label(rank.frames[id]);
+  }
+  return stack.front() < rank.frames.size() ? label(rank.frames[stack.front()]) : "<no stack>";
+}
+
+Category categorize(const RankRecord& rank, std::uint32_t stack_id) {
+  if (stack_id >= rank.stacks.size()) return Category::other;
+  // Rules in priority order: collective buffers, then optimizer, parameters, gradients, forward.
+  struct Rule {
+    Category category;
+    std::array<std::string_view, 6> needles;
+  };
+  static constexpr Rule rules[] = {
+      {Category::all_gather, {"all_gather", "allgather", "unshard", "foreach_all_gather", "_all_gather", "pre_forward"}},
+      {Category::reduce_scatter, {"reduce_scatter", "reducescatter", "post_backward", "foreach_reduce", "_reduce_grad", ""}},
+      {Category::optimizer_state, {"torch/optim/", "optimizer", "optim_state", "_init_group", "adam", "exp_avg"}},
+      {Category::parameters, {"fully_shard", "fsdpparam", "flat_param", "sharded_param", "reset_parameters", "init_param"}},
+      {Category::gradients, {"accumulate_grad", "backward", "autograd", "grad_", "_grad", ""}},
+      {Category::activations, {"forward", "activation", "", "", "", ""}},
+  };
+  std::vector<std::string> texts;
+  for (auto id : rank.stacks[stack_id]) {
+    if (id < rank.frames.size()) texts.push_back(lower(rank.frames[id].name + " " + rank.frames[id].file));
+  }
+  for (const auto& rule : rules) {
+    for (const auto& t : texts) {
+      for (auto n : rule.needles) {
+        if (!n.empty() && contains(t, n)) return rule.category;
+      }
+    }
+  }
+  return Category::other;
+}
+
+WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const AnalysisOptions& options) {
+  WindowStats s;
+  s.batch_start = w.batch_start;
+  s.batch_end = w.batch_end;
+  s.n_events = w.events.size();
+  s.dropped = w.dropped;
+  s.oom = w.oom;
+  s.status = w.status;
+
+  // A source that never reports free_completed (only free_requested) frees at the request.
+  bool has_completed = false;
+  for (const auto& e : w.events) {
+    if (e.action == Action::free_completed) {
+      has_completed = true;
+      break;
+    }
+  }
+  const Action free_action = has_completed ? Action::free_completed : Action::free_requested;
+
+  struct Live {
+    std::uint64_t size;
+    std::uint32_t stack;
+    bool from_start;
+  };
+  std::unordered_map<std::uint64_t, Live> live, segs;
+  std::uint64_t allocated = 0, reserved = 0;
+  auto reset = [&] {
+    live.clear();
+    segs.clear();
+    allocated = reserved = 0;
+    for (const auto& a : w.live_at_start) {
+      auto& target = a.is_segment ? segs : live;
+      auto [it, inserted] = target.try_emplace(key_of(a.device, a.addr), Live{a.size, a.stack_id, true});
+      if (!inserted) continue;
+      (a.is_segment ? reserved : allocated) += a.size;
+    }
+  };
+  auto apply = [&](const Event& e) {
+    const auto key = key_of(e.device, e.addr);
+    if (e.action == Action::alloc) {
+      auto [it, inserted] = live.try_emplace(key, Live{e.size, e.stack_id, false});
+      if (!inserted) {
+        allocated -= it->second.size;
+        it->second = Live{e.size, e.stack_id, false};
+      }
+      allocated += e.size;
+    } else if (e.action == free_action) {
+      if (auto it = live.find(key); it != live.end()) {
+        allocated -= it->second.size;
+        live.erase(it);
+      }
+    } else if (e.action == Action::segment_alloc || e.action == Action::segment_map) {
+      auto [it, inserted] = segs.try_emplace(key, Live{e.size, e.stack_id, false});
+      if (!inserted) {
+        reserved -= it->second.size;
+        it->second = Live{e.size, e.stack_id, false};
+      }
+      reserved += e.size;
+    } else if (e.action == Action::segment_free || e.action == Action::segment_unmap) {
+      if (auto it = segs.find(key); it != segs.end()) {
+        reserved -= it->second.size;
+        segs.erase(it);
+      }
+    }
+  };
+
+  reset();
+  s.reserved_seen = !segs.empty();
+  s.live_at_open = allocated;
+  s.reserved_at_open = reserved;
+  s.peak_allocated = allocated;
+  s.peak_reserved = reserved;
+  s.peak_allocated_time_ns = w.open_time_ns;
+  s.peak_reserved_time_ns = w.open_time_ns;
+  std::uint64_t reserved_at_peak = reserved;
+  std::ptrdiff_t peak_index = -1;  // events applied before the peak: [0, peak_index]
+
+  // Batch of each event, from the batch marks (sorted by time).
+  std::vector<BatchMark> marks = w.batches;
+  std::sort(marks.begin(), marks.end(), [](const BatchMark& a, const BatchMark& b) { return a.time_ns < b.time_ns; });
+  std::size_t mark = 0;
+  for (const auto& m : marks) s.batches.push_back(BatchStat{m.batch, allocated, allocated});
+  auto batch_slot = [&](std::int64_t t) -> BatchStat* {
+    while (mark + 1 < marks.size() && marks[mark + 1].time_ns <= t) {
+      ++mark;
+      s.batches[mark].peak_allocated = allocated;
+    }
+    return marks.empty() ? nullptr : &s.batches[mark];
+  };
+
+  for (std::size_t i = 0; i < w.events.size(); ++i) {
+    const Event& e = w.events[i];
+    BatchStat* b = batch_slot(e.time_ns);
+    if (is_segment_action(e.action)) s.reserved_seen = true;
+    if (e.action == Action::oom) {
+      s.oom = true;
+      s.oom_requested = e.size;
+    }
+    apply(e);
+    if (allocated > s.peak_allocated) {
+      s.peak_allocated = allocated;
+      s.peak_allocated_time_ns = e.time_ns;
+      peak_index = static_cast<std::ptrdiff_t>(i);
+      reserved_at_peak = reserved;
+    }
+    if (reserved > s.peak_reserved) {
+      s.peak_reserved = reserved;
+      s.peak_reserved_time_ns = e.time_ns;
+    }
+    if (b != nullptr) {
+      b->peak_allocated = std::max(b->peak_allocated, allocated);
+      b->live_at_end = allocated;
+    }
+  }
+  // Batches with no events after their start keep the level they started with.
+  for (std::size_t m = mark + 1; m < s.batches.size(); ++m) {
+    s.batches[m].peak_allocated = s.batches[m].live_at_end = allocated;
+  }
+  s.live_at_close = allocated;
+  s.reserved_at_close = reserved;
+  for (const auto& [k, l] : live) {
+    if (l.from_start) s.persistent += l.size;
+  }
+  if (!s.reserved_seen) {
+    // The source saw no segments (CUPTI without a caching allocator, the C API): every
+    // allocation is device memory of its own.
+    s.peak_reserved = s.peak_allocated;
+    s.peak_reserved_time_ns = s.peak_allocated_time_ns;
+    s.reserved_at_open = s.live_at_open;
+    s.reserved_at_close = s.live_at_close;
+  } else {
+    s.fragmentation_at_peak = reserved_at_peak > s.peak_allocated ? reserved_at_peak - s.peak_allocated : 0;
+  }
+
+  // Second pass: what was live at the peak, by site.
+  reset();
+  for (std::ptrdiff_t i = 0; i <= peak_index; ++i) apply(w.events[static_cast<std::size_t>(i)]);
+  std::unordered_map<std::string, SiteStat> by_site;
+  std::unordered_map<std::uint32_t, std::pair<std::string, Category>> stack_site;  // memo per stack
+  auto site_of = [&](std::uint32_t stack) -> const std::pair<std::string, Category>& {
+    auto it = stack_site.find(stack);
+    if (it == stack_site.end()) it = stack_site.emplace(stack, std::make_pair(site_name(rank, stack), categorize(rank, stack))).first;
+    return it->second;
+  };
+  for (const auto& [k, l] : live) {
+    const auto& [name, category] = site_of(l.stack);
+    SiteStat& site = by_site[name];
+    if (site.name.empty()) {
+      site.name = name;
+      site.stack_id = l.stack < rank.stacks.size() ? l.stack : kNoStack;
+      site.category = category;
+    }
+    site.bytes_at_peak += l.size;
+    site.count_at_peak += 1;
+    s.category_bytes_at_peak[static_cast<int>(category)] += l.size;
+  }
+  for (const auto& e : w.events) {
+    if (e.action != Action::alloc) continue;
+    const auto& [name, category] = site_of(e.stack_id);
+    SiteStat& site = by_site[name];
+    if (site.name.empty()) {
+      site.name = name;
+      site.stack_id = e.stack_id < rank.stacks.size() ? e.stack_id : kNoStack;
+      site.category = category;
+    }
+    site.bytes_allocated += e.size;
+    site.allocations += 1;
+  }
+  for (auto& [name, site] : by_site) s.sites.push_back(std::move(site));
+  std::sort(s.sites.begin(), s.sites.end(), [](const SiteStat& a, const SiteStat& b) {
+    return a.bytes_at_peak != b.bytes_at_peak ? a.bytes_at_peak > b.bytes_at_peak : a.name < b.name;
+  });
+  if (s.sites.size() > options.top_sites) s.sites.resize(options.top_sites);
+  return s;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,351 @@
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "memsnap/recorder.hpp"
+#include "memsnap/spill.hpp"
+#include "test_util.hpp"
+
+namespace memsnap {
+namespace {
+
+Config config_in(const test::TempDir& dir) {
+  Config c;
+  c.folder = dir.path().string();
+  c.run_name = "t";
+  return c;
+}
+
+RankRecord only_spill(const test::TempDir& dir) {
+  auto spills = find_spills(dir.path());
+  EXPECT_EQ(spills.size(), 1u);
+  return spills.empty() ? RankRecord{} : read_spill(spills[0]);
+}
+
+TEST(WindowPolicy, ComposerDefaultsRecordBatchesTwoToFour) {
+  WindowPolicy p(1, 3, 0);
+  EXPECT_EQ(p.window_of(1), -1);
+  EXPECT_TRUE(p.opens_at(2));
+  EXPECT_EQ(p.window_of(3), 0);
+  EXPECT_TRUE(p.closes_at(4));
+  EXPECT_EQ(p.window_of(5), -1) << "repeat 0: one window";
+}
+
+TEST(WindowPolicy, EdgeCases) {
+  WindowPolicy none_skipped(0, 1, 2);  // batches 1, 2, 3 each a window
+  for (int b = 1; b <= 3; ++b) {
+    EXPECT_TRUE(none_skipped.opens_at(b));
+    EXPECT_TRUE(none_skipped.closes_at(b));
+  }
+  EXPECT_EQ(none_skipped.window_of(4), -1);
+  WindowPolicy forever(2, 2, -1);
+  EXPECT_EQ(forever.window_of(2), -1);
+  EXPECT_EQ(forever.window_of(3), 0);
+  EXPECT_EQ(forever.window_of(1000001), 499999);
+  EXPECT_TRUE(forever.closes_at(1000002));
+  EXPECT_EQ(forever.last_batch(0), 4);
+}
+
+TEST(EventRing, KeepsTheNewestAndCountsDropped) {
+  EventRing ring(3);
+  for (int i = 0; i < 5; ++i) ring.push(Event{i, 0, 0, 0, kNoStack, 0, Action::alloc, 0});
+  EXPECT_EQ(ring.dropped(), 2u);
+  auto events = ring.take();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].time_ns, 2);
+  EXPECT_EQ(events[2].time_ns, 4);
+  EXPECT_EQ(ring.dropped(), 2u) << "take keeps the count";
+  ring.clear();
+  EXPECT_EQ(ring.dropped(), 0u);
+}
+
+TEST(Recorder, RecordsTheConfiguredWindowWithWhatWasLiveAtOpen) {
+  test::TempDir dir;
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(config_in(dir), LaunchInfo{}));
+    r.record_alloc(0, 0x1000, 100, 0);  // batch 1: before the window, still live at open
+    r.record_alloc(0, 0x2000, 200, 0);  // batch 1: freed in batch 1
+    r.record_free(0, 0x2000, 200, 0);
+    r.step();
+    for (int b = 2; b <= 6; ++b) {
+      r.record_alloc(0, 0x10000 * b, 1000 * b, 0);
+      r.step();
+    }
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  EXPECT_EQ(rec.status, RecordStatus::ok) << rec.status_detail;
+  ASSERT_EQ(rec.windows.size(), 1u);
+  const auto& w = rec.windows[0];
+  EXPECT_EQ(w.batch_start, 2);
+  EXPECT_EQ(w.batch_end, 4);
+  EXPECT_TRUE(w.closed);
+  ASSERT_EQ(w.live_at_start.size(), 1u);
+  EXPECT_EQ(w.live_at_start[0].addr, 0x1000u);
+  EXPECT_EQ(w.live_at_start[0].size, 100u);
+  ASSERT_EQ(w.events.size(), 3u) << "only batches 2..4";
+  EXPECT_EQ(w.events[0].size, 2000u);
+  EXPECT_EQ(w.events[2].size, 4000u);
+  ASSERT_EQ(w.batches.size(), 3u);
+  EXPECT_EQ(w.batches[0].batch, 2);
+  EXPECT_EQ(w.batches[2].batch, 4);
+  for (std::size_t i = 1; i < w.events.size(); ++i) EXPECT_LE(w.events[i - 1].time_ns, w.events[i].time_ns);
+}
+
+TEST(Recorder, RepeatWritesConsecutiveWindows) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.interval = 2;
+  c.repeat = 2;
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    for (int b = 1; b <= 10; ++b) {
+      r.record_alloc(0, 0x1000 * b, 10, 0);
+      r.step();
+    }
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 3u);
+  EXPECT_EQ(rec.windows[0].batch_end, 2);
+  EXPECT_EQ(rec.windows[1].batch_start, 3);
+  EXPECT_EQ(rec.windows[2].batch_end, 6);
+  EXPECT_EQ(rec.windows[2].live_at_start.size(), 4u) << "allocations of batches 1..4 are live when batch 5 opens";
+}
+
+TEST(Recorder, BoundedHistoryKeepsTheNewestAndCountsDropped) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.interval = 1;
+  c.max_entries = 100;
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    for (int i = 0; i < 10000; ++i) r.record_alloc(0, 0x1000 + i * 16, 16, 0);
+    r.step();
+    EXPECT_EQ(r.stats().live_allocations, 10000u) << "live tracking sees every event";
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  EXPECT_EQ(rec.windows[0].events.size(), 100u);
+  EXPECT_EQ(rec.windows[0].dropped, 9900u);
+  EXPECT_EQ(rec.windows[0].events.back().addr, 0x1000u + 9999 * 16) << "the newest are kept";
+}
+
+TEST(Recorder, OomClosesTheWindowAtOnceFlagged) {
+  test::TempDir dir;
+  Recorder r;
+  ASSERT_TRUE(r.start(config_in(dir), LaunchInfo{}));
+  r.step();  // batch 1
+  r.record_alloc(0, 0x1000, 1 << 20, 0);
+  r.record_oom(0, 8ull << 30, 1 << 30, 80ull << 30, 0);
+  // Before the process goes on (or dies), the window is on disk.
+  const RankRecord rec = read_spill(r.stats().spill_path);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  EXPECT_TRUE(rec.windows[0].oom);
+  EXPECT_TRUE(rec.windows[0].closed);
+  EXPECT_EQ(rec.windows[0].batch_end, 2);
+  ASSERT_EQ(rec.windows[0].events.size(), 2u);
+  EXPECT_EQ(rec.windows[0].events[1].action, Action::oom);
+  EXPECT_EQ(rec.windows[0].events[1].size, 8ull << 30);
+  r.stop();
+}
+
+TEST(Recorder, OomOutsideAWindowWritesTheRecentHistory) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 100;
+  Recorder r;
+  ASSERT_TRUE(r.start(c, LaunchInfo{}));
+  r.record_alloc(0, 0x1000, 10, 0);
+  r.step();
+  r.record_alloc(0, 0x2000, 20, 0);
+  r.record_oom(0, 1000, 5, 100, 0);
+  const RankRecord rec = read_spill(r.stats().spill_path);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  const auto& w = rec.windows[0];
+  EXPECT_TRUE(w.oom);
+  EXPECT_EQ(w.batch_end, 2);
+  EXPECT_TRUE(w.live_at_start.empty()) << "the whole history is in the window";
+  EXPECT_EQ(w.events.size(), 3u);
+  r.stop();
+}
+
+TEST(Recorder, ManyThreadsLoseNothing) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.interval = 1;
+  c.max_entries = 1 << 20;
+  constexpr int kThreads = 4, kPerThread = 20000;
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&r, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          const std::uint64_t addr = (std::uint64_t(t) << 32) + i * 64;
+          r.record_alloc(0, addr, 64, t);
+          if (i % 2) r.record_free(0, addr, 64, t);
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(r.stats().live_allocations, std::uint64_t(kThreads) * kPerThread / 2);
+    r.step();
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  EXPECT_EQ(rec.windows[0].events.size(), std::size_t(kThreads) * kPerThread * 3 / 2);
+  EXPECT_EQ(rec.windows[0].dropped, 0u);
+}
+
+[[gnu::noinline]] void allocate_from_a_named_site(Recorder& r) {
+  r.record_alloc(0, 0x5000, 4096, 0);
+  asm volatile("" ::: "memory");  // no tail call: this frame stays on the stack
+}
+
+TEST(Recorder, NativeStacksNameTheCaller) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.stacks = StackMode::native;
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    volatile int calls = 3;  // one call site, not unrolled
+    for (int i = 0; i < calls; ++i) allocate_from_a_named_site(r);
+    r.step();
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  ASSERT_EQ(rec.windows[0].events.size(), 3u);
+  const auto id = rec.windows[0].events[0].stack_id;
+  ASSERT_LT(id, rec.stacks.size());
+  EXPECT_EQ(rec.windows[0].events[1].stack_id, id) << "identical stacks are interned once";
+  const Frame& top = rec.frames.at(rec.stacks[id].front());
+  EXPECT_NE(top.name.find("allocate_from_a_named_site"), std::string::npos) << top.name;
+  EXPECT_NE(top.file.find("test_recorder.cpp"), std::string::npos) << top.file;
+  EXPECT_GT(top.line, 0u);
+}
+
+TEST(Recorder, OverwriteFalseKeepsTheEarlierRunAndStepsAside) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "spill");
+  test::write_file(dir / "spill/rank0.pid1.spill", "earlier run");
+  {
+    Recorder r;
+    EXPECT_FALSE(r.start(config_in(dir), LaunchInfo{}));
+    r.record_alloc(0, 1, 1, 0);  // ignored, never crashes
+    r.step();
+    EXPECT_FALSE(r.active());
+  }
+  EXPECT_EQ(test::read_file(dir / "spill/rank0.pid1.spill"), "earlier run");
+  EXPECT_EQ(find_spills(dir.path()).size(), 1u);
+
+  Config c = config_in(dir);
+  c.overwrite = true;
+  Recorder r2;
+  EXPECT_TRUE(r2.start(c, LaunchInfo{}));
+  r2.stop();
+  const auto spills = find_spills(dir.path());
+  ASSERT_EQ(spills.size(), 1u);
+  EXPECT_NE(spills[0].filename(), "rank0.pid1.spill");
+}
+
+TEST(Recorder, UnwritableFolderStepsAsideWithoutThrowing) {
+  if (geteuid() == 0) {
+    // root ignores permissions; a path under a regular file cannot be created by anyone.
+    test::TempDir dir;
+    test::write_file(dir / "file", "x");
+    Config c = config_in(dir);
+    c.folder = (dir / "file/sub").string();
+    Recorder r;
+    EXPECT_FALSE(r.start(c, LaunchInfo{}));
+    r.record_alloc(0, 1, 1, 0);
+    r.step();
+    return;
+  }
+  test::TempDir dir;
+  chmod(dir.path().c_str(), 0500);
+  Recorder r;
+  EXPECT_FALSE(r.start(config_in(dir), LaunchInfo{}));
+}
+
+TEST(Recorder, FullDiskStopsRecordingButNotTheProgram) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  // A spill whose writes fail with ENOSPC: the recorder warns once and steps aside.
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.interval = 1;
+  c.repeat = -1;
+  Recorder r;
+  ASSERT_TRUE(r.start(c, LaunchInfo{}));
+  const std::string spill = r.stats().spill_path;
+  std::filesystem::remove(spill);
+  ASSERT_EQ(symlink("/dev/full", spill.c_str()), 0);
+  // Reopen through the symlink is not possible for the writer; instead redirect its fd.
+  const int full = open("/dev/full", O_WRONLY);
+  ASSERT_GE(full, 0);
+  // The writer's fd is the most recently opened spill descriptor; find it through /proc.
+  int spill_fd = -1;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string().find(std::filesystem::path(spill).filename().string()) != std::string::npos) {
+      spill_fd = std::stoi(e.path().filename().string());
+    }
+  }
+  ASSERT_GE(spill_fd, 0);
+  ASSERT_GE(dup2(full, spill_fd), 0);
+  close(full);
+  for (int b = 0; b < 5; ++b) {
+    r.record_alloc(0, 0x1000 + b, 8, 0);
+    r.step();
+  }
+  EXPECT_FALSE(r.active());
+  r.stop();
+}
+
+TEST(Recorder, ForkChildRecordsNothing) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  Recorder& r = Recorder::global();
+  ASSERT_TRUE(r.start(c, LaunchInfo{}));
+  r.record_alloc(0, 0x1, 8, 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    // The child's copy of the recorder is inert: no lock, no write, normal exit.
+    r.record_alloc(0, 0x2, 8, 0);
+    r.step();
+    r.stop();
+    _exit(r.active() ? 3 : 0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  r.step();
+  r.stop();
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  EXPECT_EQ(rec.windows[0].events.size(), 1u) << "the child's event is not in the parent's record";
+}
+
+}  // namespace
+}  // namespace memsnap

@@ -1,0 +1,193 @@
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "memsnap/spill.hpp"
+#include "test_util.hpp"
+
+namespace memsnap {
+namespace {
+
+Event ev(std::int64_t t, Action a, std::uint64_t addr, std::uint64_t size, std::uint32_t stack = kNoStack) {
+  return Event{t, addr, size, 7, stack, 0, a, 0};
+}
+
+RankRecord sample() {
+  RankRecord r;
+  r.meta.rank = 3;
+  r.meta.world_size = 8;
+  r.meta.host = "node-1";
+  r.meta.pid = 4242;
+  r.meta.run_name = "run";
+  r.meta.config_json = R"({"interval":3})";
+  r.meta.device_total_bytes = {80ull << 30};
+  r.frames = {{"train_step", "train.py", 12}, {"forward", "model.py", 40}};
+  r.stacks = {{1, 0}, {0}};
+  WindowRecord w;
+  w.batch_start = 2;
+  w.batch_end = 4;
+  w.open_time_ns = 100;
+  w.close_time_ns = 900;
+  w.closed = true;
+  w.dropped = 5;
+  w.live_at_start = {LiveAlloc{0x1000, 64, 7, 50, 1, 0, 0, 0}, LiveAlloc{0x0, 1 << 20, 7, 10, kNoStack, 0, 1, 0}};
+  w.events = {ev(110, Action::alloc, 0x2000, 128, 0), ev(120, Action::free_completed, 0x2000, 128),
+              ev(130, Action::segment_alloc, 0x100000, 2 << 20)};
+  w.batches = {{2, 100}, {3, 300}, {4, 600}};
+  Segment s{0x0, 1 << 20, 7, 0, "large", {Block{0x1000, 64, 60, 1, 1}}};
+  w.segments = {s};
+  r.windows = {w};
+  return r;
+}
+
+// Writes `r` the way the recorder does and returns the file's bytes.
+std::string write_sample(const std::filesystem::path& path, const RankRecord& r, bool end = true) {
+  SpillWriter w;
+  EXPECT_TRUE(w.open(path)) << w.error();
+  EXPECT_TRUE(w.write_meta(r.meta));
+  EXPECT_TRUE(w.write_frames(0, r.frames));
+  EXPECT_TRUE(w.write_stacks(0, r.stacks));
+  const WindowRecord& win = r.windows[0];
+  EXPECT_TRUE(w.write_window_open(0, win.batch_start, win.open_time_ns, win.live_at_start));
+  EXPECT_TRUE(w.write_batch(0, win.batches[0]));
+  EXPECT_TRUE(w.write_events(0, std::span(win.events).subspan(0, 2)));
+  EXPECT_TRUE(w.write_batch(0, win.batches[1]));
+  EXPECT_TRUE(w.write_batch(0, win.batches[2]));
+  EXPECT_TRUE(w.write_events(0, std::span(win.events).subspan(2)));
+  EXPECT_TRUE(w.write_segments(0, win.segments));
+  EXPECT_TRUE(w.write_window_close(0, win.batch_end, win.close_time_ns, false, win.dropped));
+  if (end) {
+    EXPECT_TRUE(w.write_end());
+  }
+  w.close();
+  return test::read_file(path);
+}
+
+TEST(Spill, RoundTripIsExact) {
+  test::TempDir dir;
+  const RankRecord r = sample();
+  write_sample(dir / "r.spill", r);
+  const RankRecord back = read_spill(dir / "r.spill");
+  EXPECT_EQ(back.status, RecordStatus::ok) << back.status_detail;
+  EXPECT_EQ(back.meta.rank, 3);
+  EXPECT_EQ(back.meta.host, "node-1");
+  EXPECT_EQ(back.meta.device_total_bytes, r.meta.device_total_bytes);
+  EXPECT_EQ(back.frames, r.frames);
+  EXPECT_EQ(back.stacks, r.stacks);
+  ASSERT_EQ(back.windows.size(), 1u);
+  const auto& w = back.windows[0];
+  EXPECT_EQ(w.batch_start, 2);
+  EXPECT_EQ(w.batch_end, 4);
+  EXPECT_TRUE(w.closed);
+  EXPECT_EQ(w.status, RecordStatus::ok);
+  EXPECT_EQ(w.dropped, 5u);
+  EXPECT_EQ(w.live_at_start, r.windows[0].live_at_start);
+  ASSERT_EQ(w.events.size(), 3u);
+  EXPECT_EQ(std::memcmp(w.events.data(), r.windows[0].events.data(), 3 * sizeof(Event)), 0);
+  EXPECT_EQ(w.batches, r.windows[0].batches);
+  EXPECT_EQ(w.segments, r.windows[0].segments);
+}
+
+TEST(Spill, NeverClobbersAnExistingFile) {
+  test::TempDir dir;
+  test::write_file(dir / "r.spill", "precious");
+  SpillWriter w;
+  EXPECT_FALSE(w.open(dir / "r.spill"));
+  EXPECT_NE(w.error().find("r.spill"), std::string::npos);
+  EXPECT_EQ(test::read_file(dir / "r.spill"), "precious");
+}
+
+TEST(Spill, EveryTruncationReadsBackItsCompletePrefix) {
+  test::TempDir dir;
+  const std::string bytes = write_sample(dir / "r.spill", sample());
+  std::size_t last_events = 0;
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
+    RankRecord r;
+    ASSERT_NO_THROW(r = read_spill_bytes(std::span(bytes.data(), cut), "cut")) << "cut at " << cut;
+    EXPECT_EQ(r.status, RecordStatus::truncated) << "cut at " << cut;
+    std::size_t events = r.windows.empty() ? 0 : r.windows[0].events.size();
+    EXPECT_GE(events, last_events) << "a longer prefix never has fewer events";
+    last_events = events;
+    if (!r.windows.empty() && !r.windows[0].closed) {
+      EXPECT_EQ(r.windows[0].status, RecordStatus::truncated);
+    }
+  }
+  EXPECT_EQ(last_events, 3u);
+}
+
+TEST(Spill, DamagedBytesAreCorruptNotACrash) {
+  test::TempDir dir;
+  const std::string bytes = write_sample(dir / "r.spill", sample());
+  int corrupt = 0;
+  for (std::size_t i = kSpillHeaderBytes; i < bytes.size(); ++i) {
+    std::string bad = bytes;
+    bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    RankRecord r;
+    ASSERT_NO_THROW(r = read_spill_bytes(std::span(bad.data(), bad.size()), "bad")) << "flip at " << i;
+    EXPECT_NE(r.status, RecordStatus::ok) << "flip at " << i;
+    corrupt += r.status == RecordStatus::corrupt;
+  }
+  EXPECT_GT(corrupt, 0);
+}
+
+TEST(Spill, NotASpillIsOneClearError) {
+  test::TempDir dir;
+  test::write_file(dir / "x.spill", "hello, this is not a spill file at all");
+  try {
+    read_spill(dir / "x.spill");
+    FAIL();
+  } catch (const SpillError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a memsnap spill"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("x.spill"), std::string::npos);
+  }
+  std::string future = write_sample(dir / "f.spill", sample());
+  future[8] = 99;
+  EXPECT_THROW(read_spill_bytes(std::span(future.data(), future.size()), "f"), SpillError);
+}
+
+TEST(Spill, KilledWriterLeavesAReadablePrefix) {
+  test::TempDir dir;
+  const auto path = dir / "k.spill";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    SpillWriter w;
+    if (!w.open(path)) _exit(2);
+    RankMeta m;
+    m.rank = 1;
+    w.write_meta(m);
+    w.write_window_open(0, 2, 10, {});
+    std::vector<Event> batch;
+    for (int i = 0; i < 1000; ++i) batch.push_back(ev(20 + i, Action::alloc, 0x1000 + 64 * i, 64));
+    w.write_events(0, batch);
+    char c = 'x';
+    (void)!write(ready[1], &c, 1);
+    // Keep writing until killed: the kill lands mid-stream.
+    for (std::int64_t t = 0;; ++t) {
+      Event one = ev(5000 + t, Action::alloc, 0x900000 + t, 8);
+      w.write_events(0, std::span(&one, 1));
+    }
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  usleep(20000);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const RankRecord r = read_spill(path);
+  EXPECT_EQ(r.status, RecordStatus::truncated) << r.status_detail;
+  EXPECT_EQ(r.meta.rank, 1);
+  ASSERT_EQ(r.windows.size(), 1u);
+  EXPECT_FALSE(r.windows[0].closed);
+  ASSERT_GE(r.windows[0].events.size(), 1000u) << "every record written before the kill";
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(r.windows[0].events[i].addr, 0x1000u + 64 * i);
+}
+
+}  // namespace
+}  // namespace memsnap
