@@ -85,14 +85,14 @@ Category categorize(const RankRecord& rank, std::uint32_t stack_id) {
       {Category::gradients, {"accumulate_grad", "backward", "autograd", "grad_", "_grad", ""}},
       {Category::activations, {"forward", "activation", "", "", "", ""}},
   };
-  std::vector<std::string> texts;
+  // The innermost frame that says what the memory is for decides (an all-gather called from a
+  // forward hook is an all-gather buffer; a gradient shard made inside a reduce-scatter is a gradient).
   for (auto id : rank.stacks[stack_id]) {
-    if (id < rank.frames.size()) texts.push_back(lower(rank.frames[id].name + " " + rank.frames[id].file));
-  }
-  for (const auto& rule : rules) {
-    for (const auto& t : texts) {
+    if (id >= rank.frames.size()) continue;
+    const std::string text = lower(rank.frames[id].name + " " + rank.frames[id].file);
+    for (const auto& rule : rules) {
       for (auto n : rule.needles) {
-        if (!n.empty() && contains(t, n)) return rule.category;
+        if (!n.empty() && contains(text, n)) return rule.category;
       }
     }
   }

@@ -625,7 +625,7 @@ class Builder {
   std::string_view take(std::uint64_t n) {
     if (n > left())
       fail("needs " + std::to_string(n) + " bytes, only " + std::to_string(left()) +
-           " left (truncated or corrupt length)");
+           " bytes left (truncated or corrupt length)");
     auto s = m_data.substr(m_pos, static_cast<std::size_t>(n));
     m_pos += static_cast<std::size_t>(n);
     return s;

@@ -1,0 +1,718 @@
+// Import and export of PyTorch memory snapshots: trace entries to Events, segments and blocks to
+// Segments, and the reconstruction of what was live before the trace began.
+#include "torch/snapshot.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "torch/pickle_writer.hpp"
+
+namespace memsnap::torch {
+
+using pickle::Kind;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+// --- typed field access with snapshot-level errors -------------------------------------------
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) {
+  throw SnapshotError("torch snapshot: " + where + ": " + what);
+}
+
+const Value& require(const Value& dict, std::string_view key, const std::string& where) {
+  if (!dict.is_dict()) bad(where, std::string("expected a dict, got ") + pickle::kind_name(dict.kind()));
+  const Value* v = dict.find(key);
+  if (!v) bad(where, "missing key '" + std::string(key) + "'");
+  return *v;
+}
+
+// Addresses, sizes and streams: unsigned 64-bit; a negative int keeps its two's-complement bits.
+std::uint64_t as_u64(const Value& v, const std::string& where) {
+  try {
+    if (v.kind() == Kind::integer || v.kind() == Kind::boolean) return static_cast<std::uint64_t>(v.as_int64());
+    return v.as_uint64();
+  } catch (const pickle::ValueError& e) {
+    bad(where, e.what());
+  }
+}
+std::int64_t as_i64(const Value& v, const std::string& where) {
+  try {
+    return v.as_int64();
+  } catch (const pickle::ValueError& e) {
+    bad(where, e.what());
+  }
+}
+std::uint64_t field_u64(const Value& dict, std::string_view key, const std::string& where,
+                        std::uint64_t fallback = 0) {
+  const Value* v = dict.find(key);
+  return v && !v->is_none() ? as_u64(*v, where + "." + std::string(key)) : fallback;
+}
+std::string field_str(const Value& dict, std::string_view key, std::string fallback = {}) {
+  const Value* v = dict.find(key);
+  return v && v->is_string() ? v->as_string() : fallback;
+}
+
+const char* block_state_name(std::uint8_t s) {
+  switch (s) {
+    case 1: return "active_allocated";
+    case 2: return "active_pending_free";
+    default: return "inactive";
+  }
+}
+std::optional<std::uint8_t> block_state_from_name(std::string_view s) {
+  if (s == "inactive") return 0;
+  if (s == "active_allocated") return 1;
+  if (s == "active_pending_free") return 2;
+  return std::nullopt;
+}
+
+// --- frame and stack interning ---------------------------------------------------------------
+
+class StackInterner {
+ public:
+  explicit StackInterner(RankRecord& rec) : m_rec(rec) {}
+
+  // The stack id of a frames list; kNoStack for a missing or None value.
+  std::uint32_t intern(const ValuePtr& frames, const std::string& where) {
+    if (!frames || frames->is_none()) return kNoStack;
+    // Fast path: torch's pickles reference one frames list from many entries (memo sharing).
+    if (auto it = m_by_node.find(frames.get()); it != m_by_node.end()) return it->second;
+    if (!frames->is_list() && !frames->is_tuple()) bad(where, "frames is not a list");
+    Stack stack;
+    stack.reserve(frames->size());
+    for (const auto& f : frames->items()) stack.push_back(frame(f, where));
+    std::string key(reinterpret_cast<const char*>(stack.data()), stack.size() * sizeof(std::uint32_t));
+    auto [it, inserted] = m_by_content.try_emplace(std::move(key), static_cast<std::uint32_t>(m_rec.stacks.size()));
+    if (inserted) m_rec.stacks.push_back(std::move(stack));
+    m_by_node.emplace(frames.get(), it->second);
+    m_keep.push_back(frames);  // pointers are keys: keep the nodes alive while interning
+    return it->second;
+  }
+
+ private:
+  RankRecord& m_rec;
+  std::unordered_map<const Value*, std::uint32_t> m_by_node;
+  std::unordered_map<std::string, std::uint32_t> m_by_content;
+  std::unordered_map<const Value*, std::uint32_t> m_frame_by_node;
+  std::unordered_map<std::string, std::uint32_t> m_frame_by_content;
+  std::vector<ValuePtr> m_keep;
+
+  std::uint32_t frame(const ValuePtr& f, const std::string& where) {
+    if (auto it = m_frame_by_node.find(f.get()); it != m_frame_by_node.end()) return it->second;
+    if (!f->is_dict()) bad(where, "frame is not a dict");
+    Frame fr;
+    fr.name = field_str(*f, "name");
+    fr.file = field_str(*f, "filename");
+    if (const Value* line = f->find("line"); line && line->is_int())
+      fr.line = static_cast<std::uint32_t>(as_i64(*line, where + ".line"));
+    std::string key = fr.name;
+    key += '\0';
+    key += fr.file;
+    key += '\0';
+    key += std::to_string(fr.line);
+    auto [it, inserted] = m_frame_by_content.try_emplace(std::move(key), static_cast<std::uint32_t>(m_rec.frames.size()));
+    if (inserted) m_rec.frames.push_back(std::move(fr));
+    m_frame_by_node.emplace(f.get(), it->second);
+    m_keep.push_back(f);
+    return it->second;
+  }
+};
+
+// --- reserved address ranges, for live_at_start of segments ---------------------------------
+
+// A set of half-open [start, end) ranges, merged.
+class RangeSet {
+ public:
+  void add(std::uint64_t start, std::uint64_t end) {
+    if (start >= end) return;
+    auto it = m_ranges.upper_bound(start);
+    if (it != m_ranges.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second >= start) {
+        start = prev->first;
+        end = std::max(end, prev->second);
+        it = m_ranges.erase(prev);
+      }
+    }
+    while (it != m_ranges.end() && it->first <= end) {
+      end = std::max(end, it->second);
+      it = m_ranges.erase(it);
+    }
+    m_ranges.emplace(start, end);
+  }
+  // The parts of [start, end) not in the set.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> uncovered(std::uint64_t start, std::uint64_t end) const {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    std::uint64_t pos = start;
+    auto it = m_ranges.upper_bound(start);
+    if (it != m_ranges.begin()) --it;
+    for (; it != m_ranges.end() && it->first < end && pos < end; ++it) {
+      if (it->second <= pos) continue;
+      if (it->first > pos) out.emplace_back(pos, std::min(it->first, end));
+      pos = std::max(pos, it->second);
+    }
+    if (pos < end) out.emplace_back(pos, end);
+    return out;
+  }
+
+ private:
+  std::map<std::uint64_t, std::uint64_t> m_ranges;
+};
+
+// Edge cases of the reconstruction (documented here because they are judgement calls):
+//  - An allocation is live from alloc to free_completed (free_requested only marks it pending, as
+//    the block state active_pending_free does).
+//  - The first event seen for an address being a free (requested or completed) means it was
+//    allocated before the trace began (or its alloc fell out of torch's bounded ring buffer): it
+//    is live at start with the free's size and stream, no stack and time 0.
+//  - A block active at dump whose address no trace event touched was allocated before the trace:
+//    live at start with its requested_size (trace sizes are requested sizes, not rounded block
+//    sizes), its segment's stream and the block's frames.
+//  - A block whose last trace event contradicts the dump (freed in the trace, active at dump) is
+//    left to the trace: memsnap cannot tell which side is wrong, and the trace is what replays.
+//  - Reserved memory: a segment_free/unmap of a range not added earlier in the trace was reserved
+//    at start (that range, minus what earlier events covered). A dump segment's range that no
+//    segment event touched was reserved at start. Expandable segments grow by segment_map, so
+//    only their unmapped-in-trace part is live at start; pieces are kept separate, never merged,
+//    so each later segment_free finds its own range.
+std::vector<LiveAlloc> reconstruct_live_at_start(const WindowRecord& w,
+                                                 const std::vector<std::uint32_t>& segment_stacks) {
+  std::vector<LiveAlloc> live;
+  std::map<std::int16_t, std::unordered_set<std::uint64_t>> touched;
+  std::map<std::int16_t, RangeSet> reserved_touched;
+
+  for (const Event& e : w.events) {
+    switch (e.action) {
+      case Action::alloc: touched[e.device].insert(e.addr); break;
+      case Action::free_requested:
+      case Action::free_completed:
+        if (touched[e.device].insert(e.addr).second)
+          live.push_back(LiveAlloc{e.addr, e.size, e.stream, 0, kNoStack, e.device, 0, 0});
+        break;
+      case Action::segment_alloc:
+      case Action::segment_map: reserved_touched[e.device].add(e.addr, e.addr + e.size); break;
+      case Action::segment_free:
+      case Action::segment_unmap: {
+        auto& set = reserved_touched[e.device];
+        for (auto [a, b] : set.uncovered(e.addr, e.addr + e.size))
+          live.push_back(LiveAlloc{a, b - a, e.stream, 0, kNoStack, e.device, 1, 0});
+        set.add(e.addr, e.addr + e.size);
+        break;
+      }
+      default: break;
+    }
+  }
+  for (std::size_t i = 0; i < w.segments.size(); ++i) {
+    const Segment& s = w.segments[i];
+    for (auto [a, b] : reserved_touched[s.device].uncovered(s.addr, s.addr + s.size))
+      live.push_back(LiveAlloc{a, b - a, s.stream, 0, segment_stacks[i], s.device, 1, 0});
+    auto& seen = touched[s.device];
+    for (const Block& b : s.blocks)
+      if (b.state != 0 && !seen.count(b.addr))
+        live.push_back(LiveAlloc{b.addr, b.requested_size, s.stream, 0, b.stack_id, s.device, 0, 0});
+  }
+  std::sort(live.begin(), live.end(), [](const LiveAlloc& x, const LiveAlloc& y) {
+    if (x.is_segment != y.is_segment) return x.is_segment > y.is_segment;  // segments first
+    if (x.device != y.device) return x.device < y.device;
+    return x.addr < y.addr;
+  });
+  return live;
+}
+
+// --- batches from external annotations ---------------------------------------------------------
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+std::optional<std::int64_t> trailing_number(const std::string& s) {
+  std::size_t end = s.size();
+  std::size_t begin = end;
+  while (begin > 0 && std::isdigit(static_cast<unsigned char>(s[begin - 1]))) --begin;
+  if (begin == end || end - begin > 15) return std::nullopt;
+  return std::stoll(s.substr(begin));
+}
+
+void batches_from_annotations(const Value* annotations, const ImportOptions& opt, WindowRecord& w) {
+  struct Mark {
+    std::int64_t time_ns;
+    std::optional<std::int64_t> number;
+  };
+  std::vector<Mark> generic, optimizer;
+  if (annotations && (annotations->is_list() || annotations->is_tuple())) {
+    for (const auto& a : annotations->items()) {
+      if (!a->is_dict()) continue;
+      std::string name = field_str(*a, "name");
+      std::string stage = field_str(*a, "stage");
+      const Value* t = a->find("time_us");
+      if (!t || t->kind() != Kind::integer) continue;
+      std::int64_t time_us = t->as_int64();
+      if (time_us > std::numeric_limits<std::int64_t>::max() / 1000 || time_us < std::numeric_limits<std::int64_t>::min() / 1000)
+        continue;
+      std::int64_t time_ns = time_us * 1000;
+      std::string l = lower(name);
+      if (l.rfind("optimizer.step", 0) == 0) {
+        if (stage == "END") optimizer.push_back({time_ns, std::nullopt});
+      } else if (l.find("step") != std::string::npos || l.find("batch") != std::string::npos) {
+        if (stage == "START") generic.push_back({time_ns, trailing_number(name)});
+      }
+    }
+  }
+  auto& marks = generic.empty() ? optimizer : generic;
+  std::stable_sort(marks.begin(), marks.end(), [](const Mark& a, const Mark& b) { return a.time_ns < b.time_ns; });
+  const auto n = static_cast<std::int64_t>(marks.size());
+  bool numbered = n > 0 && std::all_of(marks.begin(), marks.end(), [](const Mark& m) { return m.number.has_value(); });
+  std::int64_t first = opt.batch_start >= 0 ? opt.batch_start + 1 : opt.batch - n + 1;
+  for (std::int64_t i = 0; i < n; ++i)
+    w.batches.push_back(BatchMark{numbered ? *marks[i].number : first + i, marks[i].time_ns});
+  if (opt.batch_start >= 0)
+    w.batch_start = opt.batch_start;
+  else if (n == 0)
+    w.batch_start = opt.batch;
+  else
+    w.batch_start = std::max<std::int64_t>(0, w.batches.front().batch - 1);
+}
+
+// --- pickle <-> JSON -------------------------------------------------------------------------
+
+bool valid_utf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    std::size_t extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : 4;
+    if (extra == 4 || i + extra >= s.size()) return false;  // bad lead byte, or cut short
+    for (std::size_t k = 1; k <= extra; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+std::string hex(const std::string& s) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out += d[c >> 4];
+    out += d[c & 15];
+  }
+  return out;
+}
+nlohmann::json text_json(const std::string& s) {
+  if (valid_utf8(s)) return s;
+  return nlohmann::json{{"__bytes_hex__", hex(s)}};
+}
+std::string key_text(const Value& k) {
+  switch (k.kind()) {
+    case Kind::string: return k.as_string();
+    case Kind::integer:
+    case Kind::big_integer: return k.int_decimal();
+    case Kind::boolean: return k.as_bool() ? "True" : "False";
+    case Kind::none: return "None";
+    default: return to_json(k).dump();
+  }
+}
+
+// --- export helpers ----------------------------------------------------------------------------
+
+// Shared strings so the writer memoises each key once, as Python's pickler does for interned keys.
+class StringPool {
+ public:
+  ValuePtr operator()(const std::string& s) {
+    auto [it, inserted] = m_pool.try_emplace(s);
+    if (inserted) it->second = Value::string(s);
+    return it->second;
+  }
+
+ private:
+  std::unordered_map<std::string, ValuePtr> m_pool;
+};
+
+const nlohmann::json* json_find(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Value& v) {
+  switch (v.kind()) {
+    case Kind::none: return nullptr;
+    case Kind::boolean: return v.as_bool();
+    case Kind::integer: return v.as_int64();
+    case Kind::big_integer:
+      try {
+        return v.as_uint64();
+      } catch (const pickle::ValueError&) {
+        return v.int_decimal();
+      }
+    case Kind::floating: return v.as_double();
+    case Kind::string: return text_json(v.as_string());
+    case Kind::bytes: return nlohmann::json{{"__bytes_hex__", hex(v.as_bytes())}};
+    case Kind::list:
+    case Kind::tuple: {
+      auto arr = nlohmann::json::array();
+      for (const auto& i : v.items()) arr.push_back(to_json(*i));
+      return arr;
+    }
+    case Kind::dict: {
+      auto obj = nlohmann::json::object();
+      for (const auto& [k, val] : v.dict_items()) obj[key_text(*k)] = to_json(*val);
+      return obj;
+    }
+  }
+  return nullptr;
+}
+
+ValuePtr from_json(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return Value::none();
+    case nlohmann::json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::json::value_t::number_integer: return Value::integer(j.get<std::int64_t>());
+    case nlohmann::json::value_t::number_unsigned: return Value::unsigned_integer(j.get<std::uint64_t>());
+    case nlohmann::json::value_t::number_float: return Value::floating(j.get<double>());
+    case nlohmann::json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::json::value_t::array: {
+      std::vector<ValuePtr> items;
+      for (const auto& e : j) items.push_back(from_json(e));
+      return Value::list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      pickle::DictItems items;
+      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(Value::string(it.key()), from_json(it.value()));
+      return Value::dict(std::move(items));
+    }
+    default: return Value::none();
+  }
+}
+
+ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
+  if (!root.is_dict()) bad("top level", std::string("expected a dict, got ") + pickle::kind_name(root.kind()));
+  ImportResult result;
+  RankRecord& rec = result.record;
+  nlohmann::json& extras = result.extras;
+  extras = nlohmann::json::object();
+  rec.meta.rank = opt.rank;
+  rec.meta.world_size = opt.world_size;
+  rec.meta.run_name = opt.run_name;
+  rec.meta.source = "torch";
+  StackInterner stacks(rec);
+
+  WindowRecord w;
+  w.batch_end = opt.batch;
+  w.closed = true;
+
+  // Segments and blocks: the allocator state at dump.
+  std::vector<std::uint32_t> segment_stacks;
+  auto seg_extras = nlohmann::json::array();
+  if (const Value* segs = root.find("segments"); segs && !segs->is_none()) {
+    if (!segs->is_list()) bad("segments", "not a list");
+    for (std::size_t i = 0; i < segs->size(); ++i) {
+      const Value& s = *segs->items()[i];
+      std::string where = "segments[" + std::to_string(i) + "]";
+      Segment seg;
+      seg.addr = as_u64(require(s, "address", where), where + ".address");
+      seg.size = as_u64(require(s, "total_size", where), where + ".total_size");
+      seg.stream = field_u64(s, "stream", where);
+      seg.device = static_cast<std::int16_t>(field_u64(s, "device", where));
+      seg.pool = field_str(s, "segment_type");
+      if (const Value* blocks = s.find("blocks"); blocks && !blocks->is_none()) {
+        if (!blocks->is_list()) bad(where + ".blocks", "not a list");
+        for (std::size_t j = 0; j < blocks->size(); ++j) {
+          const Value& b = *blocks->items()[j];
+          std::string bw = where + ".blocks[" + std::to_string(j) + "]";
+          Block blk;
+          blk.addr = as_u64(require(b, "address", bw), bw + ".address");
+          blk.size = as_u64(require(b, "size", bw), bw + ".size");
+          blk.requested_size = field_u64(b, "requested_size", bw, blk.size);
+          std::string state = field_str(b, "state", "inactive");
+          auto st = block_state_from_name(state);
+          if (!st) bad(bw + ".state", "unknown block state '" + state + "'");
+          blk.state = *st;
+          blk.stack_id = stacks.intern(b.find_ptr("frames"), bw + ".frames");
+          seg.blocks.push_back(blk);
+        }
+      }
+      std::uint32_t seg_stack = stacks.intern(s.find_ptr("frames"), where + ".frames");
+      segment_stacks.push_back(seg_stack);
+      nlohmann::json sx = nlohmann::json::object();
+      sx["stack"] = seg_stack == kNoStack ? -1 : static_cast<std::int64_t>(seg_stack);
+      if (const Value* pid = s.find("segment_pool_id")) sx["segment_pool_id"] = to_json(*pid);
+      if (const Value* ex = s.find("is_expandable"); ex && ex->kind() == Kind::boolean) sx["is_expandable"] = ex->as_bool();
+      for (const char* k : {"allocated_size", "active_size", "requested_size"})
+        if (const Value* n = s.find(k); n && n->is_int()) sx[k] = as_u64(*n, where + "." + k);
+      seg_extras.push_back(std::move(sx));
+      w.segments.push_back(std::move(seg));
+    }
+  }
+  extras["segments"] = std::move(seg_extras);
+
+  // Device traces, merged by time with each device's own order kept (a k-way merge, not a sort,
+  // so that export gives every device's entries back in their original order).
+  std::vector<std::vector<Event>> per_device;
+  auto trace_extras = nlohmann::json::array();
+  std::uint64_t skipped = 0;
+  if (const Value* traces = root.find("device_traces"); traces && !traces->is_none()) {
+    if (!traces->is_list()) bad("device_traces", "not a list");
+    if (traces->size() > static_cast<std::size_t>(std::numeric_limits<std::int16_t>::max()))
+      bad("device_traces", "more device traces than memsnap's device id can hold");
+    for (std::size_t d = 0; d < traces->size(); ++d) {
+      const Value& trace = *traces->items()[d];
+      per_device.emplace_back();
+      if (trace.is_none()) continue;
+      if (!trace.is_list()) bad("device_traces[" + std::to_string(d) + "]", "not a list");
+      std::size_t kept_index = 0;
+      for (std::size_t i = 0; i < trace.size(); ++i) {
+        const Value& entry = *trace.items()[i];
+        std::string where = "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]";
+        const Value& action_v = require(entry, "action", where);
+        if (!action_v.is_string()) bad(where + ".action", "not a str");
+        auto action = action_from_name(action_v.as_string());
+        if (!action) {
+          ++skipped;
+          continue;
+        }
+        Event e;
+        e.action = *action;
+        e.device = static_cast<std::int16_t>(d);
+        std::int64_t time_us = as_i64(require(entry, "time_us", where), where + ".time_us");
+        if (time_us > std::numeric_limits<std::int64_t>::max() / 1000 || time_us < std::numeric_limits<std::int64_t>::min() / 1000)
+          bad(where + ".time_us", "out of range");
+        e.time_ns = time_us * 1000;
+        e.size = field_u64(entry, "size", where);
+        e.stream = field_u64(entry, "stream", where);
+        // For oom, Event::addr holds the device's free bytes (torch's device_free).
+        e.addr = e.action == Action::oom ? field_u64(entry, "device_free", where) : field_u64(entry, "addr", where);
+        e.stack_id = stacks.intern(entry.find_ptr("frames"), where + ".frames");
+        if (e.action == Action::oom) w.oom = true;
+
+        nlohmann::json x = nlohmann::json::object();
+        std::string cc = field_str(entry, "compile_context", "N/A");
+        std::string um = field_str(entry, "user_metadata", "");
+        if (cc != "N/A") x["compile_context"] = text_json(cc);
+        if (um != "") x["user_metadata"] = text_json(um);
+        nlohmann::json other = nlohmann::json::object();
+        for (const auto& [k, v] : entry.dict_items()) {
+          std::string key = key_text(*k);
+          static const std::unordered_set<std::string> known = {
+              "action", "addr", "size", "stream", "time_us", "frames", "device_free", "compile_context", "user_metadata"};
+          if (!known.count(key)) other[key] = to_json(*v);
+        }
+        if (!other.empty()) x["other"] = std::move(other);
+        if (!x.empty()) {
+          x["device"] = d;
+          x["index"] = kept_index;
+          trace_extras.push_back(std::move(x));
+        }
+        per_device.back().push_back(e);
+        ++kept_index;
+      }
+    }
+  }
+  extras["device_count"] = per_device.size();
+  extras["trace_extras"] = std::move(trace_extras);
+  extras["skipped_entries"] = skipped;
+
+  std::vector<std::size_t> heads(per_device.size(), 0);
+  while (true) {
+    std::size_t best = per_device.size();
+    for (std::size_t d = 0; d < per_device.size(); ++d)
+      if (heads[d] < per_device[d].size() &&
+          (best == per_device.size() || per_device[d][heads[d]].time_ns < per_device[best][heads[best]].time_ns))
+        best = d;
+    if (best == per_device.size()) break;
+    w.events.push_back(per_device[best][heads[best]++]);
+  }
+  if (!w.events.empty()) {
+    w.open_time_ns = w.events.front().time_ns;
+    w.close_time_ns = w.events.back().time_ns;
+  }
+
+  w.live_at_start = reconstruct_live_at_start(w, segment_stacks);
+
+  const Value* annotations = root.find("external_annotations");
+  batches_from_annotations(annotations, opt, w);
+  if (annotations) extras["external_annotations"] = to_json(*annotations);
+  if (const Value* settings = root.find("allocator_settings")) extras["allocator_settings"] = to_json(*settings);
+  nlohmann::json other = nlohmann::json::object();
+  for (const auto& [k, v] : root.dict_items()) {
+    std::string key = key_text(*k);
+    if (key != "segments" && key != "device_traces" && key != "external_annotations" && key != "allocator_settings")
+      other[key] = to_json(*v);
+  }
+  if (!other.empty()) extras["other_keys"] = std::move(other);
+
+  rec.windows.push_back(std::move(w));
+  return result;
+}
+
+RankRecord import_snapshot(const Value& root, const ImportOptions& opt) {
+  return import_snapshot_full(root, opt).record;
+}
+
+ImportResult import_snapshot_file(const std::string& path, const ImportOptions& opt) {
+  auto root = pickle::read_file(path);
+  auto result = import_snapshot_full(*root, opt);
+  result.record.path = path;
+  return result;
+}
+
+ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const nlohmann::json& extras) {
+  if (window_index >= rec.windows.size())
+    throw SnapshotError("torch snapshot export: window " + std::to_string(window_index) + " does not exist (" +
+                        std::to_string(rec.windows.size()) + " windows)");
+  const WindowRecord& w = rec.windows[window_index];
+  StringPool str;
+
+  // One frame dict per frame id and one list per stack id, shared by every reference.
+  std::vector<ValuePtr> frame_values(rec.frames.size());
+  std::unordered_map<std::uint32_t, ValuePtr> stack_values;
+  auto frames_of = [&](std::uint32_t stack_id) -> ValuePtr {
+    if (stack_id >= rec.stacks.size()) return Value::list({});
+    auto it = stack_values.find(stack_id);
+    if (it != stack_values.end()) return it->second;
+    std::vector<ValuePtr> items;
+    for (std::uint32_t fid : rec.stacks[stack_id]) {
+      if (fid >= rec.frames.size()) continue;
+      if (!frame_values[fid]) {
+        const Frame& f = rec.frames[fid];
+        frame_values[fid] = Value::dict({{str("name"), str(f.name)},
+                                         {str("filename"), str(f.file)},
+                                         {str("line"), Value::integer(f.line)}});
+      }
+      items.push_back(frame_values[fid]);
+    }
+    auto list = Value::list(std::move(items));
+    stack_values.emplace(stack_id, list);
+    return list;
+  };
+  auto u64 = [](std::uint64_t v) { return Value::unsigned_integer(v); };
+
+  const nlohmann::json* seg_x = json_find(extras, "segments");
+  std::vector<ValuePtr> segments;
+  for (std::size_t i = 0; i < w.segments.size(); ++i) {
+    const Segment& s = w.segments[i];
+    const nlohmann::json* sx = seg_x && seg_x->is_array() && i < seg_x->size() ? &(*seg_x)[i] : nullptr;
+    std::uint64_t allocated = 0, active = 0, requested = 0;
+    std::vector<ValuePtr> blocks;
+    for (const Block& b : s.blocks) {
+      if (b.state == 1) allocated += b.size;
+      if (b.state != 0) {
+        active += b.size;
+        requested += b.requested_size;
+      }
+      pickle::DictItems bd{{str("address"), u64(b.addr)},
+                           {str("size"), u64(b.size)},
+                           {str("requested_size"), u64(b.requested_size)},
+                           {str("state"), str(block_state_name(b.state))}};
+      if (b.stack_id != kNoStack) bd.emplace_back(str("frames"), frames_of(b.stack_id));
+      blocks.push_back(Value::dict(std::move(bd)));
+    }
+    auto size_field = [&](const char* key, std::uint64_t derived) {
+      const nlohmann::json* v = sx ? json_find(*sx, key) : nullptr;
+      return v && v->is_number_integer() ? u64(v->get<std::uint64_t>()) : u64(derived);
+    };
+    ValuePtr pool_id = Value::tuple({Value::integer(0), Value::integer(0)});
+    if (const nlohmann::json* p = sx ? json_find(*sx, "segment_pool_id") : nullptr; p && p->is_array()) {
+      std::vector<ValuePtr> parts;
+      for (const auto& e : *p) parts.push_back(from_json(e));
+      pool_id = Value::tuple(std::move(parts));
+    }
+    bool expandable = false;
+    if (const nlohmann::json* e = sx ? json_find(*sx, "is_expandable") : nullptr; e && e->is_boolean()) {
+      expandable = e->get<bool>();
+    } else {
+      for (const Event& ev : w.events)
+        if ((ev.action == Action::segment_map || ev.action == Action::segment_unmap) && ev.device == s.device &&
+            ev.addr >= s.addr && ev.addr < s.addr + s.size)
+          expandable = true;
+    }
+    pickle::DictItems sd{{str("device"), Value::integer(s.device)},
+                         {str("address"), u64(s.addr)},
+                         {str("total_size"), u64(s.size)},
+                         {str("allocated_size"), size_field("allocated_size", allocated)},
+                         {str("active_size"), size_field("active_size", active)},
+                         {str("requested_size"), size_field("requested_size", requested)},
+                         {str("stream"), u64(s.stream)},
+                         {str("segment_type"), str(s.pool)},
+                         {str("segment_pool_id"), pool_id},
+                         {str("is_expandable"), Value::boolean(expandable)}};
+    std::int64_t seg_stack = -2;  // -2: no extras, -1: no frames key, else a stack id
+    if (const nlohmann::json* st = sx ? json_find(*sx, "stack") : nullptr; st && st->is_number_integer())
+      seg_stack = st->get<std::int64_t>();
+    if (seg_stack >= 0)
+      sd.emplace_back(str("frames"), frames_of(static_cast<std::uint32_t>(seg_stack)));
+    else if (seg_stack == -2)
+      sd.emplace_back(str("frames"), Value::list({}));
+    sd.emplace_back(str("blocks"), Value::list(std::move(blocks)));
+    segments.push_back(Value::dict(std::move(sd)));
+  }
+
+  // Per-entry extras by (device, index within the device's trace).
+  std::map<std::pair<std::int64_t, std::int64_t>, const nlohmann::json*> entry_x;
+  if (const nlohmann::json* tx = json_find(extras, "trace_extras"); tx && tx->is_array())
+    for (const auto& x : *tx)
+      if (x.contains("device") && x.contains("index") && x["device"].is_number_integer() && x["index"].is_number_integer())
+        entry_x[{x["device"].get<std::int64_t>(), x["index"].get<std::int64_t>()}] = &x;
+
+  std::size_t device_count = 0;
+  if (const nlohmann::json* dc = json_find(extras, "device_count"); dc && dc->is_number_integer())
+    device_count = dc->get<std::size_t>();
+  for (const Event& e : w.events)
+    if (e.device >= 0) device_count = std::max(device_count, static_cast<std::size_t>(e.device) + 1);
+  std::vector<std::vector<ValuePtr>> traces(device_count);
+  ValuePtr na = str("N/A"), empty = str("");
+  for (const Event& e : w.events) {
+    if (e.device < 0) continue;
+    auto& trace = traces[static_cast<std::size_t>(e.device)];
+    const nlohmann::json* x = nullptr;
+    if (auto it = entry_x.find({e.device, static_cast<std::int64_t>(trace.size())}); it != entry_x.end()) x = it->second;
+    // Floor division, so that negative times (never seen) still round-trip.
+    std::int64_t time_us = e.time_ns / 1000 - ((e.time_ns % 1000 != 0 && e.time_ns < 0) ? 1 : 0);
+    pickle::DictItems ed{{str("action"), str(std::string(action_name(e.action)))}};
+    if (e.action == Action::oom)
+      ed.emplace_back(str("device_free"), u64(e.addr));
+    else
+      ed.emplace_back(str("addr"), u64(e.addr));
+    ed.emplace_back(str("size"), u64(e.size));
+    ed.emplace_back(str("stream"), u64(e.stream));
+    ed.emplace_back(str("time_us"), Value::integer(time_us));
+    auto text = [&](const char* key, const ValuePtr& fallback) {
+      const nlohmann::json* v = x ? json_find(*x, key) : nullptr;
+      return v && v->is_string() ? str(v->get<std::string>()) : fallback;
+    };
+    ed.emplace_back(str("compile_context"), text("compile_context", na));
+    ed.emplace_back(str("user_metadata"), text("user_metadata", empty));
+    if (e.stack_id != kNoStack) ed.emplace_back(str("frames"), frames_of(e.stack_id));
+    if (const nlohmann::json* other = x ? json_find(*x, "other") : nullptr; other && other->is_object())
+      for (auto it = other->begin(); it != other->end(); ++it) ed.emplace_back(str(it.key()), from_json(it.value()));
+    trace.push_back(Value::dict(std::move(ed)));
+  }
+  std::vector<ValuePtr> trace_values;
+  for (auto& t : traces) trace_values.push_back(Value::list(std::move(t)));
+
+  pickle::DictItems root{{str("segments"), Value::list(std::move(segments))},
+                         {str("device_traces"), Value::list(std::move(trace_values))}};
+  const nlohmann::json* settings = json_find(extras, "allocator_settings");
+  root.emplace_back(str("allocator_settings"), settings ? from_json(*settings) : Value::dict({}));
+  if (const nlohmann::json* ann = json_find(extras, "external_annotations"))
+    root.emplace_back(str("external_annotations"), from_json(*ann));
+  if (const nlohmann::json* other = json_find(extras, "other_keys"); other && other->is_object())
+    for (auto it = other->begin(); it != other->end(); ++it) root.emplace_back(str(it.key()), from_json(it.value()));
+  return Value::dict(std::move(root));
+}
+
+std::string export_snapshot(const RankRecord& rec, std::size_t window_index, const nlohmann::json& extras) {
+  return pickle::write(snapshot_value(rec, window_index, extras));
+}
+
+std::string export_snapshot(const RankRecord& rec, std::size_t window_index) {
+  return export_snapshot(rec, window_index, nlohmann::json());
+}
+
+}  // namespace memsnap::torch

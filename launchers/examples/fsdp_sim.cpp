@@ -149,7 +149,7 @@ class FsdpSim {
 
   // One training batch. Returns false when the batch hit OOM (the job skips it, as Composer's
   // automatic microbatching would).
-  bool train_batch(int batch) {
+  [[gnu::noinline]] bool train_batch(int batch) {
     const std::uint64_t seq = (rank_ == o_.spike_rank && batch == o_.spike_batch) ? o_.seq * 4 : o_.seq;
     std::vector<std::uint64_t> acts;
     for (int l = 0; l < o_.layers; ++l) {

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "live_table.hpp"
 #include "log.hpp"
 #include "memsnap/names.hpp"
 #include "memsnap/record.hpp"
@@ -114,7 +115,8 @@ struct ThreadBuffer {
 };
 
 // Set while a thread is inside memsnap (a hook re-entered through the allocator is ignored).
-thread_local bool t_in_hook = false;
+// initial-exec: a plain %fs-relative access instead of a __tls_get_addr call per hook.
+__attribute__((tls_model("initial-exec"))) thread_local bool t_in_hook = false;
 struct HookGuard {
   HookGuard() { t_in_hook = true; }
   ~HookGuard() { t_in_hook = false; }
@@ -126,12 +128,21 @@ std::atomic<Recorder::Impl*> g_global_impl{nullptr};
 struct ThreadSlot {
   const void* owner = nullptr;
   std::uint64_t epoch = 0;
-  ThreadBuffer* buffer = nullptr;
+  // Shared with the recorder, so that a thread outliving a (test's) recorder still holds memory.
+  std::shared_ptr<ThreadBuffer> buffer;
   ~ThreadSlot() {
     if (buffer != nullptr) buffer->retired.store(true, std::memory_order_release);
   }
 };
-thread_local ThreadSlot t_slot;
+thread_local ThreadSlot t_slot;  // touched only when a thread registers
+
+// What the hot path reads: trivially destructible, so no TLS init guard either.
+struct ThreadCache {
+  const void* owner;
+  std::uint64_t epoch;
+  ThreadBuffer* buffer;
+};
+__attribute__((tls_model("initial-exec"))) thread_local ThreadCache t_cache = {nullptr, 0, nullptr};
 
 std::uint64_t live_key(int device, std::uint64_t addr) {
   return addr ^ (static_cast<std::uint64_t>(static_cast<std::uint16_t>(device + 1)) << 48);
@@ -155,7 +166,7 @@ struct Recorder::Impl {
   std::uint64_t epoch = 0;
 
   std::mutex mutex;  // everything below; taken only by memsnap's own code
-  std::vector<std::unique_ptr<ThreadBuffer>> buffers;
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
   bool started = false;
   bool stopped = false;
   Config config;
@@ -167,8 +178,8 @@ struct Recorder::Impl {
   std::uint32_t window_id = 0;  // id of the open window, or the next one
   std::uint64_t window_dropped = 0;
   std::unique_ptr<EventRing> history;
-  std::unordered_map<std::uint64_t, LiveAlloc> live;       // allocations
-  std::unordered_map<std::uint64_t, LiveAlloc> segments;   // reserved memory
+  LiveTable live;      // allocations
+  LiveTable segments;  // reserved memory
   std::uint64_t live_bytes = 0;
   std::uint64_t events_seen = 0, events_written = 0, dropped_total = 0, windows_written = 0;
   std::vector<Event> scratch;
@@ -176,70 +187,77 @@ struct Recorder::Impl {
   // Native stacks: raw return-address stacks interned by value; symbolised when written.
   std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackKeyHash> stack_ids;
   std::vector<std::vector<std::uintptr_t>> raw_stacks;
+  std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackKeyHash> raw_stack_ids;  // untrimmed
+  std::vector<std::uintptr_t> raw_key;
   std::unordered_map<std::uintptr_t, std::uint32_t> frame_ids;
   std::vector<Frame> frames;
   std::size_t frames_written = 0, stacks_written = 0;
   std::atomic<bool> warned_io{false}, warned_internal{false};
 
   ThreadBuffer* buffer_for_this_thread(const void* owner) {
-    if (t_slot.owner == owner && t_slot.epoch == epoch && t_slot.buffer != nullptr) return t_slot.buffer;
+    if (t_cache.owner == owner && t_cache.epoch == epoch && t_cache.buffer != nullptr) return t_cache.buffer;
     std::lock_guard lock(mutex);
-    ThreadBuffer* buf = nullptr;
+    std::shared_ptr<ThreadBuffer> buf;
     for (auto& b : buffers) {
       // A retired buffer is reused once drained, so thread churn does not grow memory.
       if (b->retired.load(std::memory_order_acquire) &&
           b->head.load(std::memory_order_acquire) == b->tail.load(std::memory_order_relaxed)) {
         b->retired.store(false, std::memory_order_relaxed);
-        buf = b.get();
+        buf = b;
         break;
       }
     }
     if (buf == nullptr) {
-      buffers.push_back(std::make_unique<ThreadBuffer>(native_stacks ? stack_depth : 0));
-      buf = buffers.back().get();
+      buffers.push_back(std::make_shared<ThreadBuffer>(native_stacks ? stack_depth : 0));
+      buf = buffers.back();
     }
+    // This thread's old buffer (of an earlier recorder) is retired with the reference dropped.
+    if (t_slot.buffer) t_slot.buffer->retired.store(true, std::memory_order_release);
     t_slot.owner = owner;
     t_slot.epoch = epoch;
     t_slot.buffer = buf;
-    return buf;
+    t_cache = ThreadCache{owner, epoch, buf.get()};
+    return buf.get();
   }
 
   std::uint32_t intern_stack(const std::uintptr_t* pcs, int depth) {
-    // Trim memsnap's own frames (the hook, the C API) from the top.
+    // Seen before: one hash lookup. New: trim memsnap's own frames (the hook, the C API) from the
+    // top once, and intern the trimmed stack.
+    raw_key.assign(pcs, pcs + depth);
+    if (auto it = raw_stack_ids.find(raw_key); it != raw_stack_ids.end()) return it->second;
     int first = 0;
     while (first < depth && stacks::is_own_frame(pcs[first])) ++first;
     std::vector<std::uintptr_t> key(pcs + first, pcs + depth);
-    if (key.empty()) return kNoStack;
-    auto [it, inserted] = stack_ids.try_emplace(std::move(key), static_cast<std::uint32_t>(raw_stacks.size()));
-    if (inserted) raw_stacks.push_back(it->first);
-    return it->second;
+    std::uint32_t id = kNoStack;
+    if (!key.empty()) {
+      auto [it, inserted] = stack_ids.try_emplace(std::move(key), static_cast<std::uint32_t>(raw_stacks.size()));
+      if (inserted) raw_stacks.push_back(it->first);
+      id = it->second;
+    }
+    raw_stack_ids.emplace(raw_key, id);
+    return id;
   }
 
   void apply_live(const Event& e) {
+    const std::uint64_t key = live_key(e.device, e.addr);
     switch (e.action) {
-      case Action::alloc: {
-        LiveAlloc a{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 0, 0};
-        auto [it, inserted] = live.insert_or_assign(live_key(e.device, e.addr), a);
-        (void)it;
-        (void)inserted;
+      case Action::alloc:
+        live_bytes -= live.put(key, LiveAlloc{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 0, 0});
         live_bytes += e.size;
         break;
-      }
-      case Action::free_completed: {
-        auto it = live.find(live_key(e.device, e.addr));
-        if (it != live.end()) {
-          live_bytes -= it->second.size;
-          live.erase(it);
+      case Action::free_completed:
+        if (const LiveAlloc* a = live.find(key)) {
+          live_bytes -= a->size;
+          live.erase(key);
         }
         break;
-      }
       case Action::segment_alloc:
       case Action::segment_map:
-        segments[live_key(e.device, e.addr)] = LiveAlloc{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 1, 0};
+        segments.put(key, LiveAlloc{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 1, 0});
         break;
       case Action::segment_free:
       case Action::segment_unmap:
-        segments.erase(live_key(e.device, e.addr));
+        segments.erase(key);
         break;
       default:
         break;
@@ -263,8 +281,9 @@ struct Recorder::Impl {
       b->tail.store(head, std::memory_order_release);
     }
     if (scratch.empty()) return;
-    std::stable_sort(scratch.begin(), scratch.end(),
-                     [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; });
+    // One thread's events are already in order; several threads' need merging by time.
+    auto by_time = [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; };
+    if (!std::is_sorted(scratch.begin(), scratch.end(), by_time)) std::stable_sort(scratch.begin(), scratch.end(), by_time);
     const bool keep_history = window_open || config.oom_snapshot;
     for (const auto& e : scratch) {
       apply_live(e);
@@ -276,8 +295,8 @@ struct Recorder::Impl {
   std::vector<LiveAlloc> live_snapshot() const {
     std::vector<LiveAlloc> out;
     out.reserve(live.size() + segments.size());
-    for (const auto& [k, a] : segments) out.push_back(a);
-    for (const auto& [k, a] : live) out.push_back(a);
+    segments.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
+    live.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
     std::sort(out.begin(), out.end(), [](const LiveAlloc& a, const LiveAlloc& b) {
       return std::tie(a.time_ns, a.device, a.addr) < std::tie(b.time_ns, b.device, b.addr);
     });
@@ -286,8 +305,8 @@ struct Recorder::Impl {
 
   // What was live before the events now in the history: live now, with the history undone.
   std::vector<LiveAlloc> live_before_history() const {
-    auto allocs = live;
-    auto segs = segments;
+    LiveTable allocs = live;
+    LiveTable segs = segments;
     std::vector<Event> events;
     history->for_each([&](const Event& e) { events.push_back(e); });
     for (auto it = events.rbegin(); it != events.rend(); ++it) {
@@ -295,17 +314,17 @@ struct Recorder::Impl {
       const auto key = live_key(e.device, e.addr);
       switch (e.action) {
         case Action::alloc: allocs.erase(key); break;
-        case Action::free_completed: allocs[key] = LiveAlloc{e.addr, e.size, e.stream, 0, kNoStack, e.device, 0, 0}; break;
+        case Action::free_completed: allocs.put(key, LiveAlloc{e.addr, e.size, e.stream, 0, kNoStack, e.device, 0, 0}); break;
         case Action::segment_alloc:
         case Action::segment_map: segs.erase(key); break;
         case Action::segment_free:
-        case Action::segment_unmap: segs[key] = LiveAlloc{e.addr, e.size, e.stream, 0, kNoStack, e.device, 1, 0}; break;
+        case Action::segment_unmap: segs.put(key, LiveAlloc{e.addr, e.size, e.stream, 0, kNoStack, e.device, 1, 0}); break;
         default: break;
       }
     }
     std::vector<LiveAlloc> out;
-    for (const auto& [k, a] : segs) out.push_back(a);
-    for (const auto& [k, a] : allocs) out.push_back(a);
+    segs.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
+    allocs.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
     std::sort(out.begin(), out.end(), [](const LiveAlloc& a, const LiveAlloc& b) {
       return std::tie(a.time_ns, a.device, a.addr) < std::tie(b.time_ns, b.device, b.addr);
     });
@@ -315,20 +334,22 @@ struct Recorder::Impl {
   // Allocator state at window end: each live segment with the live allocations inside it.
   std::vector<Segment> segment_state() const {
     std::vector<Segment> out;
-    for (const auto& [k, s] : segments) {
+    std::vector<LiveAlloc> allocs;
+    live.for_each([&](std::uint64_t, const LiveAlloc& a) { allocs.push_back(a); });
+    std::sort(allocs.begin(), allocs.end(), [](const LiveAlloc& a, const LiveAlloc& b) { return a.addr < b.addr; });
+    segments.for_each([&](std::uint64_t, const LiveAlloc& s) {
       Segment seg;
       seg.addr = s.addr;
       seg.size = s.size;
       seg.stream = s.stream;
       seg.device = s.device;
-      for (const auto& [ak, a] : live) {
-        if (a.device == s.device && a.addr >= s.addr && a.addr < s.addr + s.size) {
-          seg.blocks.push_back(Block{a.addr, a.size, a.size, 1, a.stack_id});
-        }
+      auto first = std::lower_bound(allocs.begin(), allocs.end(), s.addr,
+                                    [](const LiveAlloc& a, std::uint64_t addr) { return a.addr < addr; });
+      for (auto it = first; it != allocs.end() && it->addr < s.addr + s.size; ++it) {
+        if (it->device == s.device) seg.blocks.push_back(Block{it->addr, it->size, it->size, 1, it->stack_id});
       }
-      std::sort(seg.blocks.begin(), seg.blocks.end(), [](const Block& a, const Block& b) { return a.addr < b.addr; });
       out.push_back(std::move(seg));
-    }
+    });
     std::sort(out.begin(), out.end(), [](const Segment& a, const Segment& b) {
       return std::tie(a.device, a.addr) < std::tie(b.device, b.addr);
     });

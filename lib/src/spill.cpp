@@ -3,7 +3,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,11 +14,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crc32c.hpp"
+
 namespace memsnap {
 namespace {
 
-std::uint32_t crc(const void* data, std::size_t n) {
-  return static_cast<std::uint32_t>(::crc32(0L, static_cast<const Bytef*>(data), static_cast<uInt>(n)));
+std::uint32_t crc(const void* data, std::size_t n, std::uint32_t seed = 0) { return crc32c(data, n, seed); }
+
+template <class T>
+std::span<const char> bytes_of(std::span<const T> items) {
+  return {reinterpret_cast<const char*>(items.data()), items.size_bytes()};
 }
 
 // Appends plain values to a payload.
@@ -122,38 +127,58 @@ void SpillWriter::close() {
   fd_ = -1;
 }
 
-bool SpillWriter::write_record(SpillRecord type, const std::vector<char>& payload) {
+bool SpillWriter::write_record(SpillRecord type, std::initializer_list<std::span<const char>> parts) {
   if (fd_ < 0) {
     if (error_.empty()) error_ = "the spill file is not open";
     return false;
   }
-  if (payload.size() > kMaxRecordPayload) {
-    error_ = "a record of " + std::to_string(payload.size()) + " bytes is over the spill's limit";
+  std::size_t length = 0;
+  std::uint32_t payload_crc = 0;
+  for (const auto& part : parts) {
+    length += part.size();
+    payload_crc = crc(part.data(), part.size(), payload_crc);
+  }
+  if (length > kMaxRecordPayload) {
+    error_ = "a record of " + std::to_string(length) + " bytes is over the spill's limit";
     return false;
   }
-  // Header and payload go out in one buffer and one write(2) (O_APPEND), so a kill leaves either
-  // the whole record or a short tail that the reader recognises.
-  std::vector<char> buf(kRecordHeaderBytes + payload.size());
-  const std::uint32_t head[3] = {static_cast<std::uint32_t>(type),
-                                 static_cast<std::uint32_t>(payload.size()),
-                                 crc(payload.data(), payload.size())};
-  const std::uint32_t head_crc = crc(head, sizeof head);
-  std::memcpy(buf.data(), head, sizeof head);
-  std::memcpy(buf.data() + 12, &head_crc, 4);
-  if (!payload.empty()) std::memcpy(buf.data() + kRecordHeaderBytes, payload.data(), payload.size());
+  std::uint32_t head[4] = {static_cast<std::uint32_t>(type), static_cast<std::uint32_t>(length), payload_crc, 0};
+  head[3] = crc(head, 12);
 
-  std::size_t done = 0;
-  while (done < buf.size()) {
-    const ssize_t n = ::write(fd_, buf.data() + done, buf.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error_ = "cannot write " + path_.string() + ": " + std::strerror(n < 0 ? errno : EIO);
+  // Header and payload go out with one writev(2) on an O_APPEND descriptor, so a kill leaves
+  // either the whole record or a short tail that the reader recognises; no copy of the payload.
+  iovec iov[8];
+  int n = 0;
+  iov[n++] = iovec{head, sizeof head};
+  for (const auto& part : parts) {
+    if (!part.empty() && n < 8) iov[n++] = iovec{const_cast<char*>(part.data()), part.size()};
+  }
+  iovec* next = iov;
+  while (n > 0) {
+    const ssize_t written = ::writev(fd_, next, n);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) {
+      error_ = "cannot write " + path_.string() + ": " + std::strerror(written < 0 ? errno : EIO);
       close();
       return false;
     }
-    done += static_cast<std::size_t>(n);
+    // A short write (a signal, a full pipe): go on from where it stopped.
+    std::size_t done = static_cast<std::size_t>(written);
+    while (n > 0 && done >= next->iov_len) {
+      done -= next->iov_len;
+      ++next;
+      --n;
+    }
+    if (n > 0) {
+      next->iov_base = static_cast<char*>(next->iov_base) + done;
+      next->iov_len -= done;
+    }
   }
   return true;
+}
+
+bool SpillWriter::write_record(SpillRecord type, const std::vector<char>& payload) {
+  return write_record(type, {std::span<const char>(payload)});
 }
 
 bool SpillWriter::write_meta(const RankMeta& meta) {
@@ -195,11 +220,8 @@ bool SpillWriter::write_window_open(std::uint32_t window, std::int64_t batch_sta
   constexpr std::size_t chunk = kMaxRecordPayload / sizeof(LiveAlloc) / 2;
   for (std::size_t i = 0; i < live.size(); i += chunk) {
     auto part = live.subspan(i, std::min(chunk, live.size() - i));
-    Encoder l;
-    l.put(window);
-    l.put(static_cast<std::uint32_t>(part.size()));
-    l.array(part);
-    if (!write_record(SpillRecord::live, l.bytes())) return false;
+    const std::uint32_t prefix[2] = {window, static_cast<std::uint32_t>(part.size())};
+    if (!write_record(SpillRecord::live, {bytes_of(std::span<const std::uint32_t>(prefix)), bytes_of(part)})) return false;
   }
   return true;
 }
@@ -208,11 +230,8 @@ bool SpillWriter::write_events(std::uint32_t window, std::span<const Event> even
   constexpr std::size_t chunk = kMaxRecordPayload / sizeof(Event) / 2;
   for (std::size_t i = 0; i < events.size(); i += chunk) {
     auto part = events.subspan(i, std::min(chunk, events.size() - i));
-    Encoder e;
-    e.put(window);
-    e.put(static_cast<std::uint32_t>(part.size()));
-    e.array(part);
-    if (!write_record(SpillRecord::events, e.bytes())) return false;
+    const std::uint32_t prefix[2] = {window, static_cast<std::uint32_t>(part.size())};
+    if (!write_record(SpillRecord::events, {bytes_of(std::span<const std::uint32_t>(prefix)), bytes_of(part)})) return false;
   }
   return true;
 }

@@ -6,7 +6,7 @@
 //   file   := header record*
 //   header := magic "MSNPSPIL" (8) | u32 format_version | u32 header_bytes (=24) | i64 created_unix_ns
 //   record := u32 type | u32 payload_bytes | u32 payload_crc32 | u32 head_crc32 | payload
-//             head_crc32 covers the 12 bytes before it, so a damaged length is caught before it is
+//             checksums are CRC-32C; head_crc32 covers the 12 bytes before it, so a damaged length is caught before it is
 //             used; payload_bytes <= kMaxRecordPayload.
 //
 //   payload by type (str := u32 length | bytes; arrays are raw trivially-copyable structs):
@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -89,6 +90,7 @@ class SpillWriter {
   void close();
 
  private:
+  bool write_record(SpillRecord type, std::initializer_list<std::span<const char>> parts);
   bool write_record(SpillRecord type, const std::vector<char>& payload);
   int fd_ = -1;
   std::filesystem::path path_;

@@ -1,0 +1,341 @@
+// Reads the HDF5 store through its root file; external links take it into the rank files, so
+// nothing here depends on the physical layout.
+#include <algorithm>
+
+#include "hdf5_util.hpp"
+#include "memsnap/store.hpp"
+#include "store_layout.hpp"
+
+namespace memsnap {
+
+namespace {
+using h5::Handle;
+
+// Rows of an index table, read with a memory layout whose string widths follow the file's.
+std::vector<char> read_table(hid_t file, const char* name, const layout::RowLayout& l, const std::string& c) {
+  const std::string what = c + ": cannot read /" + name;
+  Handle ds = h5::dataset_handle(H5Dopen2(file, name, H5P_DEFAULT), what);
+  const std::size_t n = h5::array_size(ds, what);
+  std::vector<char> bytes(n * l.size());
+  Handle t = l.compound_type();
+  if (n > 0) h5::check_status(H5Dread(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), what);
+  return bytes;
+}
+
+Handle file_type_of(hid_t file, const char* name, const std::string& c) {
+  Handle ds = h5::dataset_handle(H5Dopen2(file, name, H5P_DEFAULT), c + ": cannot open /" + name);
+  return h5::type_handle(H5Dget_type(ds), c + ": /" + name);
+}
+
+std::vector<std::string> read_strings(hid_t loc, const std::string& prefix, const std::string& c) {
+  auto blob = h5::read_vector<std::uint8_t>(loc, (prefix + "blob").c_str(), H5T_NATIVE_UINT8, c);
+  auto offsets = h5::read_vector<std::uint64_t>(loc, (prefix + "offsets").c_str(), H5T_NATIVE_UINT64, c);
+  return layout::unpack_strings(blob, offsets, c + ": " + prefix);
+}
+
+std::string attr_or(hid_t loc, const char* name, const std::string& c, const std::string& fallback = "") {
+  return h5::has_attr(loc, name) ? h5::read_attr_string(loc, name, c) : fallback;
+}
+
+std::int64_t int_attr_or(hid_t loc, const char* name, const std::string& c, std::int64_t fallback = 0) {
+  return h5::has_attr(loc, name) ? h5::read_attr_int(loc, name, c) : fallback;
+}
+
+RecordStatus status_from_name(const std::string& s) {
+  if (s == "ok") return RecordStatus::ok;
+  if (s == "truncated") return RecordStatus::truncated;
+  if (s == "missing") return RecordStatus::missing;
+  return RecordStatus::corrupt;
+}
+
+WindowRecord read_window_group(hid_t g, const std::string& c) {
+  WindowRecord w;
+  w.batch_start = h5::read_attr_int(g, "batch_start", c);
+  w.batch_end = h5::read_attr_int(g, "batch_end", c);
+  w.open_time_ns = h5::read_attr_int(g, "open_time_ns", c);
+  w.close_time_ns = h5::read_attr_int(g, "close_time_ns", c);
+  w.oom = h5::read_attr_int(g, "oom", c) != 0;
+  w.closed = h5::read_attr_int(g, "closed", c) != 0;
+  w.dropped = h5::read_attr_uint(g, "dropped", c);
+  w.status = status_from_name(h5::read_attr_string(g, "status", c));
+  Handle et = layout::event_type();
+  w.events = h5::read_vector<Event>(g, "events", et, c);
+  Handle lt = layout::live_type();
+  w.live_at_start = h5::read_vector<LiveAlloc>(g, "live_at_start", lt, c);
+  Handle bt = layout::batch_type();
+  w.batches = h5::read_vector<BatchMark>(g, "batches", bt, c);
+  Handle st = layout::segment_type();
+  auto segs = h5::read_vector<layout::SegmentRow>(g, "segments", st, c);
+  Handle kt = layout::block_type();
+  auto blocks = h5::read_vector<layout::BlockRow>(g, "blocks", kt, c);
+  for (const auto& r : segs) {
+    Segment s;
+    s.addr = r.addr;
+    s.size = r.size;
+    s.stream = r.stream;
+    s.device = r.device;
+    s.pool = std::string(r.pool, strnlen(r.pool, layout::kPoolWidth));
+    if (r.first_block + r.n_blocks > blocks.size()) throw StoreError(c + ": segment blocks out of range");
+    for (std::uint64_t b = r.first_block; b < r.first_block + r.n_blocks; ++b) {
+      const auto& k = blocks[b];
+      s.blocks.push_back(Block{k.addr, k.size, k.requested_size, k.state, k.stack_id});
+    }
+    w.segments.push_back(std::move(s));
+  }
+  return w;
+}
+
+}  // namespace
+
+struct StoreReader::Impl {
+  std::filesystem::path path;
+  Handle file;
+  std::string c;  // context for messages: the file name
+
+  Handle open_rank(int rank) const {
+    const std::string name = "/rank/" + std::to_string(rank);
+    if (!h5::exists(file, name)) throw StoreError(c + ": no rank " + std::to_string(rank) + " in this store");
+    return h5::group_handle(H5Gopen2(file, name.c_str(), H5P_DEFAULT),
+                            c + ": cannot open " + name + " (its data file " + data_file(rank) + ")");
+  }
+  std::string data_file(int rank) const {
+    H5L_info_t info;
+    const std::string name = "/rank/" + std::to_string(rank);
+    if (H5Lget_info(file, name.c_str(), &info, H5P_DEFAULT) < 0 || info.type != H5L_TYPE_EXTERNAL) {
+      H5Eclear2(H5E_DEFAULT);
+      return "in the root file";
+    }
+    std::vector<char> buf(info.u.val_size);
+    const char* fname = nullptr;
+    const char* oname = nullptr;
+    unsigned flags = 0;
+    if (H5Lget_val(file, name.c_str(), buf.data(), buf.size(), H5P_DEFAULT) < 0 ||
+        H5Lunpack_elink_val(buf.data(), buf.size(), &flags, &fname, &oname) < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return "?";
+    }
+    return fname;
+  }
+};
+
+StoreReader::StoreReader(const std::filesystem::path& path) : m_impl(std::make_unique<Impl>()) {
+  h5::QuietErrors quiet;
+  m_impl->path = path;
+  m_impl->c = path.string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw StoreError(m_impl->c + ": no such file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    throw StoreError(m_impl->c + ": not an HDF5 file");
+  }
+  m_impl->file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), m_impl->c + ": cannot open");
+  if (!h5::has_attr(m_impl->file, "format") || h5::read_attr_string(m_impl->file, "format", m_impl->c) != kStoreFormat) {
+    throw StoreError(m_impl->c + ": an HDF5 file but not a memsnap store (no format=\"memsnap\" attribute)");
+  }
+  const auto version = h5::read_attr_int(m_impl->file, "format_version", m_impl->c);
+  if (version != kStoreFormatVersion) {
+    throw StoreError(m_impl->c + ": store format version " + std::to_string(version) +
+                     " is not supported (this memsnap reads version " + std::to_string(kStoreFormatVersion) + ")");
+  }
+}
+
+StoreReader::~StoreReader() = default;
+StoreReader::StoreReader(StoreReader&&) noexcept = default;
+StoreReader& StoreReader::operator=(StoreReader&&) noexcept = default;
+
+const std::filesystem::path& StoreReader::path() const { return m_impl->path; }
+
+std::vector<RankInfo> StoreReader::ranks() const {
+  h5::QuietErrors quiet;
+  const auto& c = m_impl->c;
+  Handle ft = file_type_of(m_impl->file, "ranks", c);
+  layout::RankWidths w;
+  w.status = layout::member_string_width(ft, "status", 1);
+  w.detail = layout::member_string_width(ft, "status_detail", 1);
+  w.host = layout::member_string_width(ft, "host", 1);
+  w.device = layout::member_string_width(ft, "device", 1);
+  w.source = layout::member_string_width(ft, "source", 1);
+  w.data_file = layout::member_string_width(ft, "data_file", 1);
+  w.spill = layout::member_string_width(ft, "spill", 1);
+  const layout::RowLayout l = layout::ranks_layout(w);
+  layout::Rows rows(l, read_table(m_impl->file, "ranks", l, c));
+  std::vector<RankInfo> out(rows.count());
+  for (std::size_t i = 0; i < rows.count(); ++i) {
+    auto& r = out[i];
+    r.rank = rows.get<std::int32_t>(i, "rank");
+    r.status = rows.get_string(i, "status");
+    r.host = rows.get_string(i, "host");
+    r.device = rows.get_string(i, "device");
+    r.pid = rows.get<std::int64_t>(i, "pid");
+    r.local_rank = rows.get<std::int32_t>(i, "local_rank");
+    r.node_rank = rows.get<std::int32_t>(i, "node_rank");
+    r.local_world_size = rows.get<std::int32_t>(i, "local_world_size");
+    r.source = rows.get_string(i, "source");
+    r.n_windows = rows.get<std::uint32_t>(i, "n_windows");
+    r.data_file = rows.get_string(i, "data_file");
+    r.spill = rows.get_string(i, "spill");
+    r.status_detail = rows.get_string(i, "status_detail");
+  }
+  return out;
+}
+
+std::vector<SummaryRow> StoreReader::summary() const {
+  h5::QuietErrors quiet;
+  const auto& c = m_impl->c;
+  Handle ft = file_type_of(m_impl->file, "summary", c);
+  const layout::RowLayout l = layout::summary_layout(layout::member_string_width(ft, "host", 1),
+                                                     layout::member_string_width(ft, "device", 1),
+                                                     layout::member_string_width(ft, "status", 1));
+  layout::Rows rows(l, read_table(m_impl->file, "summary", l, c));
+  std::vector<SummaryRow> out(rows.count());
+  for (std::size_t i = 0; i < rows.count(); ++i) {
+    auto& r = out[i];
+    r.rank = rows.get<std::int32_t>(i, "rank");
+    r.window = rows.get<std::int32_t>(i, "window");
+    r.batch_start = rows.get<std::int64_t>(i, "batch_start");
+    r.batch_end = rows.get<std::int64_t>(i, "batch_end");
+    r.host = rows.get_string(i, "host");
+    r.device = rows.get_string(i, "device");
+    r.n_events = rows.get<std::uint64_t>(i, "n_events");
+    r.dropped = rows.get<std::uint64_t>(i, "dropped");
+    r.peak_allocated = rows.get<std::uint64_t>(i, "peak_allocated");
+    r.peak_allocated_time_ns = rows.get<std::int64_t>(i, "peak_allocated_time_ns");
+    r.peak_reserved = rows.get<std::uint64_t>(i, "peak_reserved");
+    r.peak_reserved_time_ns = rows.get<std::int64_t>(i, "peak_reserved_time_ns");
+    r.live_at_open = rows.get<std::uint64_t>(i, "live_at_open");
+    r.live_at_close = rows.get<std::uint64_t>(i, "live_at_close");
+    r.reserved_at_open = rows.get<std::uint64_t>(i, "reserved_at_open");
+    r.reserved_at_close = rows.get<std::uint64_t>(i, "reserved_at_close");
+    r.persistent = rows.get<std::uint64_t>(i, "persistent");
+    r.fragmentation_at_peak = rows.get<std::uint64_t>(i, "fragmentation_at_peak");
+    r.oom = rows.get<std::uint8_t>(i, "oom") != 0;
+    r.oom_requested = rows.get<std::uint64_t>(i, "oom_requested");
+    r.status = rows.get_string(i, "status");
+    for (int k = 0; k < kCategoryCount; ++k) r.category_bytes[k] = rows.get<std::uint64_t>(i, layout::category_column(k).c_str());
+  }
+  return out;
+}
+
+std::vector<SiteRow> StoreReader::sites() const {
+  h5::QuietErrors quiet;
+  const auto& c = m_impl->c;
+  const layout::RowLayout l = layout::sites_layout();
+  layout::Rows rows(l, read_table(m_impl->file, "sites", l, c));
+  Handle g = h5::group_handle(H5Gopen2(m_impl->file, "site_names", H5P_DEFAULT), c + ": cannot open /site_names");
+  const auto names = read_strings(g, "", c + ": /site_names");
+  std::vector<SiteRow> out(rows.count());
+  for (std::size_t i = 0; i < rows.count(); ++i) {
+    auto& s = out[i];
+    s.rank = rows.get<std::int32_t>(i, "rank");
+    s.window = rows.get<std::int32_t>(i, "window");
+    s.batch = rows.get<std::int64_t>(i, "batch");
+    s.site_id = rows.get<std::uint32_t>(i, "site_id");
+    if (s.site_id >= names.size()) throw StoreError(c + ": /sites names site " + std::to_string(s.site_id) + " beyond /site_names");
+    s.site = names[s.site_id];
+    s.category = static_cast<Category>(rows.get<std::uint8_t>(i, "category"));
+    s.bytes_at_peak = rows.get<std::uint64_t>(i, "bytes_at_peak");
+    s.count = rows.get<std::uint64_t>(i, "count");
+    s.bytes_allocated = rows.get<std::uint64_t>(i, "bytes_allocated");
+    s.allocations = rows.get<std::uint64_t>(i, "allocations");
+    s.stack_id = rows.get<std::uint32_t>(i, "stack_id");
+  }
+  return out;
+}
+
+StoreInfo StoreReader::info() const {
+  h5::QuietErrors quiet;
+  const auto& c = m_impl->c;
+  StoreInfo info;
+  info.format_version = static_cast<int>(h5::read_attr_int(m_impl->file, "format_version", c));
+  info.run_name = h5::read_attr_string(m_impl->file, "run_name", c);
+  info.world_size = static_cast<int>(h5::read_attr_int(m_impl->file, "world_size", c));
+  info.created = attr_or(m_impl->file, "created", c);
+  info.tool_version = attr_or(m_impl->file, "tool_version", c);
+  info.config_json = attr_or(m_impl->file, "config", c);
+  info.ranks = ranks();
+  info.rows = summary();
+  return info;
+}
+
+std::vector<std::int64_t> StoreReader::batches(int rank) const {
+  h5::QuietErrors quiet;
+  Handle g = m_impl->open_rank(rank);
+  const std::string c = m_impl->c + ": /rank/" + std::to_string(rank);
+  std::vector<std::pair<std::int64_t, std::int64_t>> found;  // (window, batch)
+  if (!h5::exists(g, "batch")) return {};
+  Handle b = h5::group_handle(H5Gopen2(g, "batch", H5P_DEFAULT), c + ": cannot open batch");
+  H5G_info_t gi;
+  h5::check_status(H5Gget_info(b, &gi), c + ": batch");
+  for (hsize_t i = 0; i < gi.nlinks; ++i) {
+    const ssize_t n = H5Lget_name_by_idx(b, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (n < 0) h5::fail(c + ": cannot list batch");
+    std::string name(static_cast<std::size_t>(n), '\0');
+    H5Lget_name_by_idx(b, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
+    Handle w = h5::group_handle(H5Gopen2(b, name.c_str(), H5P_DEFAULT), c + ": cannot open batch/" + name);
+    found.emplace_back(h5::read_attr_int(w, "window", c + "/batch/" + name), std::stoll(name));
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::int64_t> out;
+  for (const auto& [w, batch] : found) out.push_back(batch);
+  return out;
+}
+
+WindowRecord StoreReader::read_window(int rank, std::int64_t batch) const {
+  h5::QuietErrors quiet;
+  Handle g = m_impl->open_rank(rank);
+  const std::string name = "batch/" + std::to_string(batch);
+  const std::string c = m_impl->c + ": /rank/" + std::to_string(rank) + "/" + name;
+  if (!h5::exists(g, name)) throw StoreError(m_impl->c + ": rank " + std::to_string(rank) + " has no window ending at batch " + std::to_string(batch));
+  Handle w = h5::group_handle(H5Gopen2(g, name.c_str(), H5P_DEFAULT), c + ": cannot open");
+  return read_window_group(w, c);
+}
+
+RankRecord StoreReader::read_rank(int rank) const {
+  h5::QuietErrors quiet;
+  Handle g = m_impl->open_rank(rank);
+  const std::string c = m_impl->c + ": /rank/" + std::to_string(rank);
+  RankRecord r;
+  r.path = m_impl->path.string();
+  RankMeta& m = r.meta;
+  m.rank = rank;
+  m.host = attr_or(g, "hostname", c);
+  m.pid = int_attr_or(g, "pid", c);
+  m.local_rank = static_cast<int>(int_attr_or(g, "local_rank", c));
+  m.local_world_size = static_cast<int>(int_attr_or(g, "local_world_size", c, 1));
+  m.node_rank = static_cast<int>(int_attr_or(g, "node_rank", c));
+  m.world_size = static_cast<int>(int_attr_or(g, "world_size", c, 1));
+  m.device_name = attr_or(g, "device_name", c);
+  m.source = attr_or(g, "source", c);
+  m.run_name = attr_or(g, "run_name", c);
+  m.config_json = attr_or(g, "config", c);
+  m.tool_version = attr_or(g, "tool_version", c);
+  m.start_unix_ns = int_attr_or(g, "start_unix_ns", c);
+  m.clock_offset_ns = int_attr_or(g, "clock_offset_ns", c);
+  r.status = status_from_name(attr_or(g, "status", c, "ok"));
+  r.status_detail = attr_or(g, "status_detail", c);
+  if (!h5::exists(g, "frames")) return r;  // a rank without data: status only
+
+  m.device_total_bytes = h5::read_vector<std::uint64_t>(g, "device_total_bytes", H5T_NATIVE_UINT64, c);
+  {
+    Handle f = h5::group_handle(H5Gopen2(g, "frames", H5P_DEFAULT), c + ": cannot open frames");
+    const auto names = read_strings(f, "names_", c + "/frames");
+    const auto files = read_strings(f, "files_", c + "/frames");
+    const auto lines = h5::read_vector<std::uint32_t>(f, "lines", H5T_NATIVE_UINT32, c + "/frames");
+    if (names.size() != files.size() || names.size() != lines.size()) throw StoreError(c + "/frames: columns of different lengths");
+    r.frames.reserve(names.size());
+    for (std::size_t i = 0; i < names.size(); ++i) r.frames.push_back(Frame{names[i], files[i], lines[i]});
+  }
+  {
+    Handle s = h5::group_handle(H5Gopen2(g, "stacks", H5P_DEFAULT), c + ": cannot open stacks");
+    const auto offsets = h5::read_vector<std::uint64_t>(s, "offsets", H5T_NATIVE_UINT64, c + "/stacks");
+    const auto ids = h5::read_vector<std::uint32_t>(s, "frame_ids", H5T_NATIVE_UINT32, c + "/stacks");
+    for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
+      if (offsets[i] > offsets[i + 1] || offsets[i + 1] > ids.size()) throw StoreError(c + "/stacks: offsets out of range");
+      r.stacks.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(offsets[i]), ids.begin() + static_cast<std::ptrdiff_t>(offsets[i + 1]));
+    }
+  }
+  for (auto batch : batches(rank)) r.windows.push_back(read_window(rank, batch));
+  return r;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,346 @@
+// Writes the HDF5 store: a rank's bulk file, and the root file that indexes and links them.
+//
+// Only serial HDF5 calls (default file driver) are used: each aggregator rank writes whole files
+// of its own and rank 0 writes the root, so the store builds the same with a serial or a parallel
+// HDF5 and no rank ever waits on a collective metadata operation.
+#include <chrono>
+#include <ctime>
+#include <set>
+#include <unordered_map>
+
+#include "hdf5_util.hpp"
+#include "memsnap/store.hpp"
+#include "memsnap/version.hpp"
+#include "store_layout.hpp"
+
+namespace memsnap {
+
+namespace {
+
+using h5::Handle;
+
+std::string iso_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Handle create_file(const std::filesystem::path& path) {
+  // Exclusive: a store is built under a fresh temporary name and never clobbers a file.
+  return h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT),
+                         path.string() + ": cannot create");
+}
+
+Handle create_group(hid_t loc, const std::string& name, const std::string& context) {
+  return h5::group_handle(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                          context + ": cannot create group " + name);
+}
+
+void write_strings(hid_t loc, const std::string& prefix, const std::vector<std::string>& strings, int deflate,
+                   const std::string& context) {
+  std::vector<std::uint8_t> blob;
+  std::vector<std::uint64_t> offsets;
+  layout::pack_strings(strings, blob, offsets);
+  h5::write_vector(loc, (prefix + "blob").c_str(), H5T_NATIVE_UINT8, blob, deflate, context);
+  h5::write_vector(loc, (prefix + "offsets").c_str(), H5T_NATIVE_UINT64, offsets, deflate, context);
+}
+
+void write_rank_attrs(hid_t loc, const RankRecord& record, const RankInfo& info, const std::string& c) {
+  const RankMeta& m = record.meta;
+  h5::write_attr(loc, "rank", info.rank, c);
+  h5::write_attr(loc, "hostname", m.host, c);
+  h5::write_attr(loc, "pid", m.pid, c);
+  h5::write_attr(loc, "local_rank", m.local_rank, c);
+  h5::write_attr(loc, "local_world_size", m.local_world_size, c);
+  h5::write_attr(loc, "node_rank", m.node_rank, c);
+  h5::write_attr(loc, "world_size", m.world_size, c);
+  h5::write_attr(loc, "device_name", m.device_name, c);
+  h5::write_attr(loc, "source", m.source, c);
+  h5::write_attr(loc, "run_name", m.run_name, c);
+  h5::write_attr(loc, "config", m.config_json, c);
+  h5::write_attr(loc, "tool_version", m.tool_version, c);
+  h5::write_attr(loc, "start_unix_ns", m.start_unix_ns, c);
+  h5::write_attr(loc, "clock_offset_ns", m.clock_offset_ns, c);
+  h5::write_attr(loc, "status", info.status, c);
+  h5::write_attr(loc, "status_detail", info.status_detail, c);
+  h5::write_attr(loc, "spill", info.spill, c);
+}
+
+void write_window(hid_t batches_group, const WindowRecord& w, int index, const StoreWriteOptions& o,
+                  const std::string& context) {
+  const std::string name = std::to_string(w.batch_end);
+  const std::string c = context + ": /batch/" + name;
+  Handle g = create_group(batches_group, name, context);
+  h5::write_attr(g, "window", index, c);
+  h5::write_attr(g, "batch_start", w.batch_start, c);
+  h5::write_attr(g, "batch_end", w.batch_end, c);
+  h5::write_attr(g, "open_time_ns", w.open_time_ns, c);
+  h5::write_attr(g, "close_time_ns", w.close_time_ns, c);
+  h5::write_attr(g, "oom", w.oom, c);
+  h5::write_attr(g, "closed", w.closed, c);
+  h5::write_attr(g, "dropped", w.dropped, c);
+  h5::write_attr(g, "status", status_name(w.status), c);
+
+  Handle et = layout::event_type();
+  h5::write_vector(g, "events", et, w.events, o.deflate, c);
+  Handle lt = layout::live_type();
+  h5::write_vector(g, "live_at_start", lt, w.live_at_start, o.deflate, c);
+  Handle bt = layout::batch_type();
+  h5::write_vector(g, "batches", bt, w.batches, 0, c);
+
+  std::vector<layout::SegmentRow> segs;
+  std::vector<layout::BlockRow> blocks;
+  segs.reserve(w.segments.size());
+  for (const auto& s : w.segments) {
+    layout::SegmentRow r;
+    r.addr = s.addr;
+    r.size = s.size;
+    r.stream = s.stream;
+    r.device = s.device;
+    r.first_block = blocks.size();
+    r.n_blocks = static_cast<std::uint32_t>(s.blocks.size());
+    std::memcpy(r.pool, s.pool.data(), std::min(s.pool.size(), layout::kPoolWidth - 1));
+    for (const auto& b : s.blocks) blocks.push_back(layout::BlockRow{b.addr, b.size, b.requested_size, b.stack_id, b.state});
+    segs.push_back(r);
+  }
+  Handle st = layout::segment_type();
+  h5::write_vector(g, "segments", st, segs, o.deflate, c);
+  Handle kt = layout::block_type();
+  h5::write_vector(g, "blocks", kt, blocks, o.deflate, c);
+  g.close(c + ": cannot close");
+}
+
+}  // namespace
+
+std::filesystem::path store_data_dir(const std::filesystem::path& store) {
+  std::filesystem::path d = store;
+  d += ".d";
+  return d;
+}
+
+SummaryRow make_summary_row(const RankRecord& record, int window, const WindowStats& s) {
+  SummaryRow r;
+  r.rank = record.meta.rank;
+  r.window = window;
+  r.batch_start = s.batch_start;
+  r.batch_end = s.batch_end;
+  r.host = record.meta.host;
+  r.device = record.meta.device_name;
+  r.n_events = s.n_events;
+  r.dropped = s.dropped;
+  r.peak_allocated = s.peak_allocated;
+  r.peak_allocated_time_ns = s.peak_allocated_time_ns;
+  r.peak_reserved = s.peak_reserved;
+  r.peak_reserved_time_ns = s.peak_reserved_time_ns;
+  r.live_at_open = s.live_at_open;
+  r.live_at_close = s.live_at_close;
+  r.reserved_at_open = s.reserved_at_open;
+  r.reserved_at_close = s.reserved_at_close;
+  r.persistent = s.persistent;
+  r.fragmentation_at_peak = s.fragmentation_at_peak;
+  r.oom = s.oom;
+  r.oom_requested = s.oom_requested;
+  r.status = status_name(s.status);
+  for (int c = 0; c < kCategoryCount; ++c) r.category_bytes[c] = s.category_bytes_at_peak[c];
+  return r;
+}
+
+void write_rank_file(const std::filesystem::path& path, const RankRecord& record, const RankInfo& info,
+                     const StoreWriteOptions& options) {
+  h5::QuietErrors quiet;
+  const std::string c = path.string();
+  Handle file = create_file(path);
+  write_rank_attrs(file, record, info, c);
+  h5::write_vector(file, "device_total_bytes", H5T_NATIVE_UINT64, record.meta.device_total_bytes, 0, c);
+
+  {
+    Handle frames = create_group(file, "frames", c);
+    std::vector<std::string> names, files;
+    std::vector<std::uint32_t> lines;
+    names.reserve(record.frames.size());
+    files.reserve(record.frames.size());
+    lines.reserve(record.frames.size());
+    for (const auto& f : record.frames) {
+      names.push_back(f.name);
+      files.push_back(f.file);
+      lines.push_back(f.line);
+    }
+    write_strings(frames, "names_", names, options.deflate, c + ": /frames");
+    write_strings(frames, "files_", files, options.deflate, c + ": /frames");
+    h5::write_vector(frames, "lines", H5T_NATIVE_UINT32, lines, options.deflate, c + ": /frames");
+  }
+  {
+    Handle stacks = create_group(file, "stacks", c);
+    std::vector<std::uint64_t> offsets{0};
+    std::vector<std::uint32_t> ids;
+    offsets.reserve(record.stacks.size() + 1);
+    for (const auto& s : record.stacks) {
+      ids.insert(ids.end(), s.begin(), s.end());
+      offsets.push_back(ids.size());
+    }
+    h5::write_vector(stacks, "offsets", H5T_NATIVE_UINT64, offsets, options.deflate, c + ": /stacks");
+    h5::write_vector(stacks, "frame_ids", H5T_NATIVE_UINT32, ids, options.deflate, c + ": /stacks");
+  }
+  {
+    Handle batches = create_group(file, "batch", c);
+    std::set<std::int64_t> seen;
+    for (std::size_t i = 0; i < record.windows.size(); ++i) {
+      const auto& w = record.windows[i];
+      if (!seen.insert(w.batch_end).second) {
+        throw StoreError(c + ": two windows of rank " + std::to_string(info.rank) + " end at batch " +
+                         std::to_string(w.batch_end));
+      }
+      write_window(batches, w, static_cast<int>(i), options, c);
+    }
+  }
+  file.close(c + ": cannot close (disk full?)");
+}
+
+void write_root_file(const std::filesystem::path& path, const StoreIndex& index) {
+  h5::QuietErrors quiet;
+  const std::string c = path.string();
+  Handle file = create_file(path);
+  h5::write_attr(file, "format", kStoreFormat, c);
+  h5::write_attr(file, "format_version", kStoreFormatVersion, c);
+  h5::write_attr(file, "run_name", index.run_name, c);
+  h5::write_attr(file, "world_size", index.world_size, c);
+  h5::write_attr(file, "created", index.created.empty() ? iso_now() : index.created, c);
+  h5::write_attr(file, "tool_version", index.tool_version.empty() ? std::string(kVersion) : index.tool_version, c);
+  h5::write_attr(file, "config", index.config_json, c);
+
+  // /ranks
+  {
+    layout::RankWidths w;
+    for (const auto& r : index.ranks) {
+      w.status = std::max(w.status, r.status.size() + 1);
+      w.detail = std::max(w.detail, r.status_detail.size() + 1);
+      w.host = std::max(w.host, r.host.size() + 1);
+      w.device = std::max(w.device, r.device.size() + 1);
+      w.source = std::max(w.source, r.source.size() + 1);
+      w.data_file = std::max(w.data_file, r.data_file.size() + 1);
+      w.spill = std::max(w.spill, r.spill.size() + 1);
+    }
+    const layout::RowLayout l = layout::ranks_layout(w);
+    layout::Rows rows(l, index.ranks.size());
+    for (std::size_t i = 0; i < index.ranks.size(); ++i) {
+      const auto& r = index.ranks[i];
+      rows.put<std::int32_t>(i, "rank", r.rank);
+      rows.put_string(i, "status", r.status);
+      rows.put_string(i, "host", r.host);
+      rows.put_string(i, "device", r.device);
+      rows.put<std::int64_t>(i, "pid", r.pid);
+      rows.put<std::int32_t>(i, "local_rank", r.local_rank);
+      rows.put<std::int32_t>(i, "node_rank", r.node_rank);
+      rows.put<std::int32_t>(i, "local_world_size", r.local_world_size);
+      rows.put_string(i, "source", r.source);
+      rows.put<std::uint32_t>(i, "n_windows", r.n_windows);
+      rows.put_string(i, "data_file", r.data_file);
+      rows.put_string(i, "spill", r.spill);
+      rows.put_string(i, "status_detail", r.status_detail);
+    }
+    Handle t = l.compound_type();
+    h5::write_array(file, "ranks", t, rows.data(), rows.count(), 0, c);
+  }
+
+  // /summary
+  {
+    std::size_t hw = 1, dw = 1, sw = 1;
+    for (const auto& r : index.rows) {
+      hw = std::max(hw, r.host.size() + 1);
+      dw = std::max(dw, r.device.size() + 1);
+      sw = std::max(sw, r.status.size() + 1);
+    }
+    const layout::RowLayout l = layout::summary_layout(hw, dw, sw);
+    layout::Rows rows(l, index.rows.size());
+    for (std::size_t i = 0; i < index.rows.size(); ++i) {
+      const auto& r = index.rows[i];
+      rows.put<std::int32_t>(i, "rank", r.rank);
+      rows.put<std::int32_t>(i, "window", r.window);
+      rows.put<std::int64_t>(i, "batch_start", r.batch_start);
+      rows.put<std::int64_t>(i, "batch_end", r.batch_end);
+      rows.put_string(i, "host", r.host);
+      rows.put_string(i, "device", r.device);
+      rows.put<std::uint64_t>(i, "n_events", r.n_events);
+      rows.put<std::uint64_t>(i, "dropped", r.dropped);
+      rows.put<std::uint64_t>(i, "peak_allocated", r.peak_allocated);
+      rows.put<std::int64_t>(i, "peak_allocated_time_ns", r.peak_allocated_time_ns);
+      rows.put<std::uint64_t>(i, "peak_reserved", r.peak_reserved);
+      rows.put<std::int64_t>(i, "peak_reserved_time_ns", r.peak_reserved_time_ns);
+      rows.put<std::uint64_t>(i, "live_at_open", r.live_at_open);
+      rows.put<std::uint64_t>(i, "live_at_close", r.live_at_close);
+      rows.put<std::uint64_t>(i, "reserved_at_open", r.reserved_at_open);
+      rows.put<std::uint64_t>(i, "reserved_at_close", r.reserved_at_close);
+      rows.put<std::uint64_t>(i, "persistent", r.persistent);
+      rows.put<std::uint64_t>(i, "fragmentation_at_peak", r.fragmentation_at_peak);
+      rows.put<std::uint8_t>(i, "oom", r.oom ? 1 : 0);
+      rows.put<std::uint64_t>(i, "oom_requested", r.oom_requested);
+      rows.put_string(i, "status", r.status);
+      for (int k = 0; k < kCategoryCount; ++k) rows.put<std::uint64_t>(i, layout::category_column(k).c_str(), r.category_bytes[k]);
+    }
+    Handle t = l.compound_type();
+    h5::write_array(file, "summary", t, rows.data(), rows.count(), 1, c);
+  }
+
+  // /sites and /site_names: ids are ranks in the sorted set of names, so the same spills give the
+  // same ids whatever the number of aggregator ranks.
+  {
+    std::vector<std::string> names;
+    names.reserve(index.sites.size());
+    for (const auto& s : index.sites) names.push_back(s.site);
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    std::unordered_map<std::string, std::uint32_t> ids;
+    for (std::size_t i = 0; i < names.size(); ++i) ids.emplace(names[i], static_cast<std::uint32_t>(i));
+
+    const layout::RowLayout l = layout::sites_layout();
+    layout::Rows rows(l, index.sites.size());
+    for (std::size_t i = 0; i < index.sites.size(); ++i) {
+      const auto& s = index.sites[i];
+      rows.put<std::int32_t>(i, "rank", s.rank);
+      rows.put<std::int32_t>(i, "window", s.window);
+      rows.put<std::int64_t>(i, "batch", s.batch);
+      rows.put<std::uint32_t>(i, "site_id", ids.at(s.site));
+      rows.put<std::uint8_t>(i, "category", static_cast<std::uint8_t>(s.category));
+      rows.put<std::uint64_t>(i, "bytes_at_peak", s.bytes_at_peak);
+      rows.put<std::uint64_t>(i, "count", s.count);
+      rows.put<std::uint64_t>(i, "bytes_allocated", s.bytes_allocated);
+      rows.put<std::uint64_t>(i, "allocations", s.allocations);
+      rows.put<std::uint32_t>(i, "stack_id", s.stack_id);
+    }
+    Handle t = l.compound_type();
+    h5::write_array(file, "sites", t, rows.data(), rows.count(), 1, c);
+    Handle g = create_group(file, "site_names", c);
+    write_strings(g, "", names, 1, c + ": /site_names");
+  }
+
+  // /rank/<r>: external links into the rank files, or plain groups for ranks without data.
+  {
+    Handle ranks = create_group(file, "rank", c);
+    for (const auto& r : index.ranks) {
+      const std::string name = std::to_string(r.rank);
+      if (!r.data_file.empty()) {
+        h5::check_status(H5Lcreate_external(r.data_file.c_str(), "/", ranks, name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
+                         c + ": cannot link /rank/" + name + " to " + r.data_file);
+        continue;
+      }
+      Handle g = create_group(ranks, name, c);
+      const std::string gc = c + ": /rank/" + name;
+      h5::write_attr(g, "rank", r.rank, gc);
+      h5::write_attr(g, "hostname", r.host, gc);
+      h5::write_attr(g, "pid", r.pid, gc);
+      h5::write_attr(g, "local_rank", r.local_rank, gc);
+      h5::write_attr(g, "node_rank", r.node_rank, gc);
+      h5::write_attr(g, "device_name", r.device, gc);
+      h5::write_attr(g, "source", r.source, gc);
+      h5::write_attr(g, "status", r.status, gc);
+      h5::write_attr(g, "status_detail", r.status_detail, gc);
+      h5::write_attr(g, "spill", r.spill, gc);
+    }
+  }
+  file.close(c + ": cannot close (disk full?)");
+}
+
+}  // namespace memsnap

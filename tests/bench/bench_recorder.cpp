@@ -1,0 +1,88 @@
+// ns per recorded alloc+free pair on the recorder's hot path.
+//   build/bin/memsnap_bench_recorder [--benchmark_filter=BM_Record...]
+// Each iteration is one alloc and one free (two events); items/s counts events.
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+#include <mutex>
+#include <unistd.h>
+
+#include "memsnap/recorder.hpp"
+
+namespace {
+
+using memsnap::Config;
+using memsnap::Recorder;
+
+// One recorder per benchmark run, shared by its threads, writing under /tmp.
+struct Fixture {
+  std::filesystem::path dir;
+  std::unique_ptr<Recorder> recorder;
+  void set_up(memsnap::StackMode stacks) {
+    dir = std::filesystem::temp_directory_path() / ("memsnap-bench-" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir);
+    Config c;
+    c.folder = dir.string();
+    c.run_name = "bench";
+    c.skip_batches = 0;
+    c.interval = 1;
+    c.repeat = -1;
+    c.stacks = stacks;
+    c.max_entries = 1 << 20;
+    c.overwrite = true;
+    recorder = std::make_unique<Recorder>();
+    recorder->start(c, memsnap::LaunchInfo{});
+  }
+  void tear_down() {
+    recorder->stop();
+    recorder.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+Fixture g_fixture;
+
+[[gnu::noinline]] void allocate_in_model(Recorder& r, std::uint64_t addr) {
+  r.record_alloc(0, addr, 4096, 0);
+  r.record_free(0, addr, 4096, 0);
+  benchmark::ClobberMemory();
+}
+
+// Set up before the benchmark's threads start and torn down after they all stopped.
+void set_up_no_stacks(const benchmark::State&) { g_fixture.set_up(memsnap::StackMode::none); }
+void set_up_native(const benchmark::State&) { g_fixture.set_up(memsnap::StackMode::native); }
+void tear_down(const benchmark::State&) { g_fixture.tear_down(); }
+
+void record_loop(benchmark::State& state) {
+  Recorder& r = *g_fixture.recorder;
+  std::uint64_t addr = (std::uint64_t(state.thread_index()) << 40) + 0x1000;
+  std::int64_t n = 0;
+  for (auto _ : state) {
+    allocate_in_model(r, addr);
+    addr += 4096;
+    // A batch step every 50k pairs, as a training loop would: flushes to the spill.
+    if (++n % 50000 == 0 && state.thread_index() == 0) r.step();
+  }
+  state.SetItemsProcessed(state.iterations() * 2);
+}
+
+void BM_RecordAllocFree_NoStacks(benchmark::State& state) { record_loop(state); }
+void BM_RecordAllocFree_NativeStacks(benchmark::State& state) { record_loop(state); }
+
+// The cost when memsnap is linked but not recording (before init or after stepping aside).
+void BM_RecordInactive(benchmark::State& state) {
+  static Recorder idle;
+  std::uint64_t addr = 0x1000;
+  for (auto _ : state) {
+    allocate_in_model(idle, addr);
+    addr += 4096;
+  }
+  state.SetItemsProcessed(state.iterations() * 2);
+}
+
+BENCHMARK(BM_RecordAllocFree_NoStacks)->Setup(set_up_no_stacks)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
+BENCHMARK(BM_RecordAllocFree_NativeStacks)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
+BENCHMARK(BM_RecordInactive);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,319 @@
+// Tests of the safe pickle reader and the protocol-4 writer.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <unordered_set>
+
+#include "test_util.hpp"
+#include "torch/pickle.hpp"
+#include "torch/pickle_writer.hpp"
+
+using namespace memsnap;
+using pickle::Kind;
+using pickle::PickleError;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+const char* kFixtures[] = {"snap_native.pickle", "snap_exp.pickle", "snap_oom.pickle"};
+
+std::string bytes(std::initializer_list<int> b) {
+  std::string s;
+  for (int c : b) s += static_cast<char>(c);
+  return s;
+}
+
+// Expects a PickleError whose message contains every `needle` and that reports `offset`.
+void expect_error(const std::string& data, std::initializer_list<std::string> needles, long offset = -1) {
+  try {
+    pickle::read(data);
+    ADD_FAILURE() << "no PickleError for input of " << data.size() << " bytes";
+  } catch (const PickleError& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+    if (offset >= 0) {
+      EXPECT_EQ(e.offset(), static_cast<std::size_t>(offset)) << msg;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(PickleTest, ParsesEveryFixture) {
+  for (const char* name : kFixtures) {
+    SCOPED_TRACE(name);
+    auto root = pickle::read_file(test::fixture(name));
+    ASSERT_TRUE(root->is_dict());
+    ASSERT_NE(root->find("segments"), nullptr);
+    ASSERT_NE(root->find("device_traces"), nullptr);
+    EXPECT_TRUE(root->at("device_traces").is_list());
+    EXPECT_TRUE(root->at("allocator_settings").is_dict());
+  }
+}
+
+// Memo references must stay shared: the trace's frame lists are the same nodes, so the number of
+// distinct frame-list pointers equals the number of distinct list objects Python builds.
+TEST(PickleTest, KeepsMemoSharingOfFrameLists) {
+  for (const char* name : {"snap_native.pickle", "snap_exp.pickle"}) {
+    SCOPED_TRACE(name);
+    std::string data = test::read_bytes(test::fixture(name));
+    auto root = pickle::read(data);
+    std::unordered_set<const Value*> lists;
+    std::size_t refs = 0;
+    auto note = [&](const Value& owner) {
+      if (auto f = owner.find_ptr("frames")) {
+        ++refs;
+        lists.insert(f.get());
+      }
+    };
+    for (const auto& trace : root->at("device_traces").items())
+      for (const auto& e : trace->items()) note(*e);
+    for (const auto& seg : root->at("segments").items()) {
+      note(*seg);
+      for (const auto& b : seg->at("blocks").items()) note(*b);
+    }
+    auto py = test::run_python(test::quoted(test::script("snapshot_facts.py")) + " " + test::quoted(test::fixture(name)));
+    ASSERT_EQ(py.status, 0) << py.output;
+    auto facts = nlohmann::json::parse(py.output);
+    EXPECT_EQ(refs, facts["frame_list_refs"].get<std::size_t>());
+    EXPECT_EQ(lists.size(), facts["frame_list_objects"].get<std::size_t>());
+
+    // Memory stays proportional to the data: every distinct node costs at least one opcode byte,
+    // while a deep copy would have as many nodes as references (several times more).
+    auto stats = pickle::tree_stats(root);
+    EXPECT_LT(stats.unique_nodes, data.size());
+    EXPECT_GT(stats.references, 4 * stats.unique_nodes);
+  }
+}
+
+TEST(PickleTest, RejectsEveryCodeOpcodeWithNameAndOffset) {
+  struct Case {
+    int op;
+    const char* name;
+    const char* why;
+  };
+  const Case cases[] = {
+      {'c', "GLOBAL", "would import code"},       {0x93, "STACK_GLOBAL", "would import code"},
+      {'R', "REDUCE", "would call code"},         {'b', "BUILD", "would call code"},
+      {'i', "INST", "would import code"},         {'o', "OBJ", "would call code"},
+      {0x81, "NEWOBJ", "would call code"},        {0x92, "NEWOBJ_EX", "would call code"},
+      {'P', "PERSID", "persistent-id"},           {'Q', "BINPERSID", "persistent-id"},
+      {0x82, "EXT1", "would import code"},        {0x83, "EXT2", "would import code"},
+      {0x84, "EXT4", "would import code"},        {0x97, "NEXT_BUFFER", "buffers"},
+      {0x98, "READONLY_BUFFER", "buffers"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    // PROTO 4, a value, then the opcode at byte 4: refused before its arguments are read.
+    std::string data = bytes({0x80, 0x04, 'K', 0x01, c.op}) + "os\nsystem\n.";
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "(0x%02x)", c.op);
+    expect_error(data, {std::string("opcode ") + c.name + " ", hex, "at byte 4", c.why, "memsnap reads data only"}, 4);
+  }
+  // The classic exploit: os.system("echo pwned") through GLOBAL + REDUCE (protocol 0).
+  expect_error("cos\nsystem\n(S'echo pwned'\ntR.",
+               {"pickle: opcode GLOBAL (0x63) at byte 0 would import code; memsnap reads data only"}, 0);
+}
+
+TEST(PickleTest, RejectsUnknownOpcodesAndSets) {
+  expect_error(bytes({0x80, 0x04, 0xff}), {"unknown opcode 0xff", "at byte 2"}, 2);
+  expect_error(bytes({0x80, 0x04, 0x8f, '.'}), {"EMPTY_SET", "0x8f", "sets are not supported"}, 2);
+  expect_error(bytes({0x80, 0x09, 'N', '.'}), {"PROTO", "unsupported protocol 9"}, 0);
+}
+
+// Every proper prefix of a real snapshot is an error, never a crash, a hang or a partial value.
+TEST(PickleTest, TruncationAtEveryOffsetOfOomFixtureIsAnError) {
+  std::string data = test::read_bytes(test::fixture("snap_oom.pickle"));
+  ASSERT_NO_THROW(pickle::read(data));
+  std::size_t errors = 0;
+  for (std::size_t n = 0; n < data.size(); ++n) {
+    try {
+      pickle::read(std::string_view(data).substr(0, n));
+      ADD_FAILURE() << "prefix of " << n << " bytes parsed";
+    } catch (const PickleError& e) {
+      ++errors;
+      EXPECT_LE(e.offset(), n);
+    }
+  }
+  EXPECT_EQ(errors, data.size());
+}
+
+TEST(PickleTest, RejectsHugeLengthsBeforeAllocating) {
+  // BINUNICODE8 claiming 2^63 bytes, BINBYTES8 claiming 2^64-1, BINUNICODE 4 GiB, LONG4 2 GiB,
+  // FRAME of 2^60 bytes, SHORT_BINBYTES past the end.
+  expect_error(bytes({0x80, 4, 0x8d, 0, 0, 0, 0, 0, 0, 0, 0x80, 'x'}), {"BINUNICODE8", "needs 9223372036854775808 bytes"}, 2);
+  expect_error(bytes({0x80, 4, 0x8e, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), {"BINBYTES8", "needs 18446744073709551615"}, 2);
+  expect_error(bytes({0x80, 4, 'X', 0xff, 0xff, 0xff, 0xff, 'a', '.'}), {"BINUNICODE", "4294967295", "only 2 bytes left"}, 2);
+  expect_error(bytes({0x80, 4, 0x8b, 0xff, 0xff, 0xff, 0x7f, 1, '.'}), {"LONG4", "needs 2147483647"}, 2);
+  expect_error(bytes({0x80, 4, 0x8b, 0xff, 0xff, 0xff, 0xff, '.'}), {"LONG4", "negative length"}, 2);
+  expect_error(bytes({0x80, 4, 0x95, 0, 0, 0, 0, 0, 0, 0, 0x10, 'N', '.'}), {"FRAME", "truncated"}, 2);
+  expect_error(bytes({0x80, 4, 'C', 200, 'a'}), {"SHORT_BINBYTES", "needs 200"}, 2);
+}
+
+TEST(PickleTest, RejectsDeepNestingButReadsModerateDepth) {
+  auto nested = [](int depth) {
+    std::string s = bytes({0x80, 4});
+    for (int i = 0; i < depth; ++i) s += ']';
+    for (int i = 1; i < depth; ++i) s += 'a';  // each APPEND puts the top list into the one below
+    s += '.';
+    return s;
+  };
+  expect_error(nested(20001), {"APPEND", "nesting deeper than 10000 levels"});
+  // 9000 levels parse and destroy without exhausting the stack.
+  auto v = pickle::read(nested(9000));
+  EXPECT_EQ(v->depth(), 9000u);
+  v.reset();
+  // Tuples count too.
+  std::string tuples = bytes({0x80, 4, ')'});
+  for (int i = 0; i < 10001; ++i) tuples += static_cast<char>(0x85);  // TUPLE1
+  tuples += '.';
+  expect_error(tuples, {"TUPLE1", "nesting deeper"});
+}
+
+TEST(PickleTest, RejectsMalformedStructure) {
+  expect_error(bytes({0x80, 4, 'h', 5, '.'}), {"BINGET", "memo index 5 was never stored"}, 2);
+  expect_error(bytes({0x80, 4, 'N', 0x94, 'j', 1, 0, 0, 0, '.'}), {"LONG_BINGET", "memo index 1"}, 4);
+  expect_error(bytes({0x80, 4, 'a', '.'}), {"APPEND", "stack underflow"}, 2);
+  expect_error(bytes({0x80, 4, ']', 'K', 1, 'e', '.'}), {"APPENDS", "no MARK"}, 5);
+  expect_error(bytes({0x80, 4, '}', ']', 'K', 1, 's', '.'}), {"SETITEM", "dict key of type list is unhashable"}, 6);
+  expect_error(bytes({0x80, 4, '}', '(', 'K', 1, 'u', '.'}), {"SETITEMS", "odd number"}, 6);
+  expect_error(bytes({0x80, 4, 'K', 1, ']', 'a', '.'}), {"APPEND", "appends to a int"}, 5);
+  expect_error(bytes({0x80, 4, 'N', 'N', '.'}), {"STOP", "stack holds 2 values"}, 4);
+  expect_error(bytes({0x80, 4, '(', 'N', '.'}), {"STOP", "MARK is still open"}, 4);
+  expect_error(bytes({0x80, 4, 'N'}), {"before STOP (truncated)"}, 3);
+  // A MARK hides what is below it, as in Python: APPEND cannot reach the list under the MARK.
+  expect_error(bytes({0x80, 4, ']', '(', 'K', 1, 'a', '.'}), {"APPEND", "stack underflow", "above the MARK"});
+  // Cycles and mutation after nesting: memsnap accepts tree-shaped data only.
+  expect_error(bytes({0x80, 4, ']', 0x94, 'h', 0, 'a', '.'}), {"contain itself"});
+  expect_error(bytes({0x80, 4, ']', 0x94, ']', 'h', 0, 'a', 'h', 0, 'K', 1, 'a', '.'}), {"already nested"});
+}
+
+// Real pickles memoise an empty list and fill it afterwards; every reference sees the items.
+TEST(PickleTest, ListFilledAfterMemoizeIsSharedByEveryReference) {
+  // EMPTY_LIST MEMOIZE MARK 1 2 APPENDS BINGET 0 TUPLE2 STOP -> ([1, 2], <same list>)
+  auto v = pickle::read(bytes({0x80, 4, ']', 0x94, '(', 'K', 1, 'K', 2, 'e', 'h', 0, 0x86, '.'}));
+  ASSERT_TRUE(v->is_tuple());
+  ASSERT_EQ(v->size(), 2u);
+  EXPECT_EQ(v->items()[0].get(), v->items()[1].get());
+  EXPECT_EQ(v->items()[0]->size(), 2u);
+  EXPECT_EQ(v->at(1).at(1).as_int64(), 2);
+}
+
+TEST(PickleTest, DuplicateDictKeysKeepFirstPositionAndLastValue) {
+  // {'a': 1, 'b': 2} then 'a' = 3, as Python's dict does; 40 keys also exercise the index path.
+  std::string s = bytes({0x80, 4, '}', '(', 0x8c, 1, 'a', 'K', 1, 0x8c, 1, 'b', 'K', 2, 0x8c, 1, 'a', 'K', 3, 'u'});
+  s += '(';
+  for (int i = 0; i < 40; ++i) s += bytes({'K', i, 'K', i});
+  for (int i = 0; i < 40; ++i) s += bytes({'K', i, 'K', 100 + i});
+  s += bytes({'u', '.'});
+  auto v = pickle::read(s);
+  ASSERT_EQ(v->size(), 42u);
+  EXPECT_EQ(v->dict_items()[0].first->as_string(), "a");
+  EXPECT_EQ(v->at("a").as_int64(), 3);
+  EXPECT_EQ(v->dict_items()[2].second->as_int64(), 100);
+  EXPECT_EQ(v->dict_items()[41].second->as_int64(), 139);
+}
+
+TEST(PickleTest, BigIntegersAreExactAndCheckedOnAccess) {
+  // LONG1 of 2^64-1 (9 bytes: ff*8 00), LONG1 of 2^70, LONG1 of -2^63.
+  auto u = pickle::read(bytes({0x80, 4, 0x8a, 9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, '.'}));
+  EXPECT_EQ(u->kind(), Kind::big_integer);
+  EXPECT_EQ(u->as_uint64(), 18446744073709551615ull);
+  EXPECT_THROW(u->as_int64(), pickle::ValueError);
+  auto big = pickle::read(bytes({0x80, 4, 0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0x40, '.'}));
+  EXPECT_EQ(big->int_decimal(), "1180591620717411303424");
+  EXPECT_THROW(big->as_uint64(), pickle::ValueError);
+  try {
+    big->as_int64();
+    ADD_FAILURE();
+  } catch (const pickle::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("1180591620717411303424 does not fit in int64"), std::string::npos);
+  }
+  auto neg = pickle::read(bytes({0x80, 4, 0x8a, 8, 0, 0, 0, 0, 0, 0, 0, 0x80, '.'}));
+  EXPECT_EQ(neg->kind(), Kind::integer);
+  EXPECT_EQ(neg->as_int64(), INT64_MIN);
+  EXPECT_THROW(neg->as_uint64(), pickle::ValueError);
+  auto negbig = pickle::read("L-1000000000000000000000000000000L\n.");
+  EXPECT_EQ(negbig->int_decimal(), "-1000000000000000000000000000000");
+  // Written back exactly.
+  auto again = pickle::read(pickle::write(negbig));
+  EXPECT_TRUE(again->equals(*negbig));
+}
+
+// Protocol 0 output of Python 3.11:
+// pickle.dumps({'a':[1,2.5,'x',None,True,(1,2)], 'b': 10**30, 'c': -5, 'd': 'h\u00e9\u20ac'}, protocol=0)
+TEST(PickleTest, ReadsTextProtocol) {
+  std::string data =
+      "(dp0\nVa\np1\n(lp2\nI1\naF2.5\naVx\np3\naNaI01\na(I1\nI2\ntp4\nasVb\np5\n"
+      "L1000000000000000000000000000000L\nsVc\np6\nI-5\nsVd\np7\nVh\xe9\\u20ac\np8\ns.";
+  auto v = pickle::read(data);
+  const Value& a = v->at("a");
+  ASSERT_EQ(a.size(), 6u);
+  EXPECT_EQ(a.at(0).as_int64(), 1);
+  EXPECT_DOUBLE_EQ(a.at(1).as_double(), 2.5);
+  EXPECT_EQ(a.at(2).as_string(), "x");
+  EXPECT_TRUE(a.at(3).is_none());
+  EXPECT_TRUE(a.at(4).as_bool());
+  EXPECT_TRUE(a.at(5).is_tuple());
+  EXPECT_EQ(v->at("b").int_decimal(), "1000000000000000000000000000000");
+  EXPECT_EQ(v->at("c").as_int64(), -5);
+  EXPECT_EQ(v->at("d").as_string(), "h\xc3\xa9\xe2\x82\xac");  // UTF-8
+}
+
+TEST(PickleWriterTest, SharedNodeIsWrittenOnceAndReadBackShared) {
+  auto frame = Value::dict({{Value::string("name"), Value::string("f")}, {Value::string("line"), Value::integer(3)}});
+  auto frames = Value::list({frame, frame});
+  std::vector<ValuePtr> entries(5000, frames);
+  auto root = Value::list(entries);
+  std::string out = pickle::write(root);
+  EXPECT_LT(out.size(), 5000u * 3 + 200);  // one BINGET/LONG_BINGET (<= 5 bytes) per reference
+  auto back = pickle::read(out);
+  ASSERT_EQ(back->size(), 5000u);
+  EXPECT_EQ(back->items()[0].get(), back->items()[4999].get());
+  EXPECT_LT(pickle::tree_stats(back).unique_nodes, 10u);
+  EXPECT_TRUE(back->equals(*root));
+}
+
+// Python reads what the writer writes (framed and unframed), including the pure-Python reader,
+// which rejects opcodes that straddle frames.
+TEST(PickleWriterTest, PythonReadsEveryKind) {
+  std::vector<ValuePtr> many;
+  for (int i = 0; i < 3000; ++i) many.push_back(Value::string("item" + std::to_string(i)));
+  auto root = Value::dict({
+      {Value::string("none"), Value::none()},
+      {Value::string("bools"), Value::list({Value::boolean(true), Value::boolean(false)})},
+      {Value::string("ints"), Value::list({Value::integer(0), Value::integer(255), Value::integer(65535),
+                                           Value::integer(-1), Value::integer(1ll << 40), Value::integer(INT64_MIN),
+                                           Value::unsigned_integer(UINT64_MAX)})},
+      {Value::string("float"), Value::floating(0.1)},
+      {Value::string("text"), Value::string("h\xc3\xa9")},
+      {Value::string("bytes"), Value::bytes(std::string("\0\1", 2))},
+      {Value::string("tuples"), Value::list({Value::tuple({}), Value::tuple({Value::integer(1)}),
+                                             Value::tuple({Value::integer(1), Value::integer(2), Value::integer(3),
+                                                           Value::integer(4)})})},
+      {Value::integer(7), Value::string(std::string(70000, 'x'))},
+      {Value::string("many"), Value::list(many)},
+  });
+  const std::string expected =
+      "{'none': None, 'bools': [True, False], 'ints': [0, 255, 65535, -1, 1099511627776, "
+      "-9223372036854775808, 18446744073709551615], 'float': 0.1, 'text': 'hé', 'bytes': b'\\x00\\x01', "
+      "'tuples': [(), (1,), (1, 2, 3, 4)], 7: 70000, 'many': 3000, 'last': 'item2999'}";
+  for (bool frames : {true, false}) {
+    SCOPED_TRACE(frames);
+    std::string path = test::temp_path(frames ? "kinds_framed.pickle" : "kinds.pickle");
+    test::write_bytes(path, pickle::write(root, {frames}));
+    for (const char* loader : {"pickle.load", "pickle._Unpickler"}) {
+      std::string code = std::string("import pickle; f=open(") + test::quoted(path) + ",'rb'); d=" + loader +
+                         (std::string(loader) == "pickle.load" ? "(f)" : "(f).load()") +
+                         "; d[7]=len(d[7]); d['last']=d['many'][-1]; d['many']=len(d['many']); print(d)";
+      auto r = test::run_python("-c \"" + code + "\"");
+      EXPECT_EQ(r.status, 0) << r.output;
+      EXPECT_EQ(r.output, expected + "\n") << loader;
+    }
+    std::filesystem::remove(path);
+  }
+}
