@@ -397,7 +397,7 @@ window.memsnap = (function () {
         page = Math.floor(k / pageSize);
         if (expand) expanded.add(list[k].i);
         draw();
-        return tbody.querySelector('tr.row:nth-child(n)') && Array.from(tbody.querySelectorAll('tr.row'))[k - page * pageSize];
+        return tbody.querySelectorAll('tr.row')[k - page * pageSize] || null;
       },
     };
   }

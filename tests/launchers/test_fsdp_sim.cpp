@@ -21,7 +21,9 @@ struct DemoRun {
 // Runs fsdp_sim under mpirun with `args`, recording every batch from batch 2 on.
 void run_demo(DemoRun& run, const std::string& args, const std::string& config_lines) {
   test::write_file(run.dir / "memsnap.yaml", "run_name: t\nskip_batches: 1\ninterval: 3\nrepeat: 1\n" + config_lines);
-  const std::string cmd = std::string(MEMSNAP_MPIRUN) + " --oversubscribe -np 4 env MEMSNAP_FOLDER=" +
+  // Open MPI refuses root unless told twice; CI runs as root.
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(MEMSNAP_MPIRUN) +
+                          " --oversubscribe -np 4 env MEMSNAP_FOLDER=" +
                           run.dir.path().string() + " " + MEMSNAP_FSDP_SIM + " --step-us 0 --config " +
                           (run.dir / "memsnap.yaml").string() + " " + args + " > " +
                           (run.dir / "log.txt").string() + " 2>&1";
@@ -35,7 +37,7 @@ void run_demo(DemoRun& run, const std::string& args, const std::string& config_l
 
 TEST(FsdpSim, FourRanksUnderMpirunPlantWhatTheOptionsSay) {
   DemoRun run;
-  run_demo(run, "--batches 8 --layers 4 --hidden 512 --unsharded-rank 1 --leak-rank 2 --leak-mib 16 --spike 3:6", "");
+  ASSERT_NO_FATAL_FAILURE(run_demo(run, "--batches 8 --layers 4 --hidden 512 --unsharded-rank 1 --leak-rank 2 --leak-mib 16 --spike 3:6", ""));
   for (const auto& [rank, rec] : run.ranks) {
     EXPECT_EQ(rec.status, RecordStatus::ok) << rec.status_detail;
     EXPECT_EQ(rec.meta.world_size, 4);
@@ -73,7 +75,7 @@ TEST(FsdpSim, FourRanksUnderMpirunPlantWhatTheOptionsSay) {
 
 TEST(FsdpSim, NativeStacksNameTheFsdpSitesAndCategories) {
   DemoRun run;
-  run_demo(run, "--batches 4 --layers 2 --hidden 256", "stacks: native\n");
+  ASSERT_NO_FATAL_FAILURE(run_demo(run, "--batches 4 --layers 2 --hidden 256", "stacks: native\n"));
   const auto s = analyse_window(run.ranks[0], run.ranks[0].windows[0]);
   std::map<std::string, std::uint64_t> by_category;
   bool saw_all_gather_site = false;
@@ -90,7 +92,7 @@ TEST(FsdpSim, NativeStacksNameTheFsdpSitesAndCategories) {
 
 TEST(FsdpSim, OomIsRecordedAndTheWindowWrittenFlagged) {
   DemoRun run;
-  run_demo(run, "--batches 6 --layers 2 --hidden 256 --device-gib 4 --oom 2:3", "");
+  ASSERT_NO_FATAL_FAILURE(run_demo(run, "--batches 6 --layers 2 --hidden 256 --device-gib 4 --oom 2:3", ""));
   const auto& rec = run.ranks[2];
   ASSERT_GE(rec.windows.size(), 1u);
   EXPECT_TRUE(rec.windows[0].oom);
