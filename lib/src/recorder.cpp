@@ -1,5 +1,7 @@
 #include "memsnap/recorder.hpp"
 
+#include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
@@ -155,6 +157,30 @@ struct StackKeyHash {
     return h;
   }
 };
+
+// Whether this process initialised MPI itself: `memsnap run` aggregates in the same slot only when
+// it did not (a second MPI_Init there fails). Looks for a loaded libmpi without linking one.
+bool process_used_mpi() noexcept {
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* out) {
+        const char* name = info->dlpi_name;
+        if (name != nullptr && std::strstr(name, "libmpi.so") != nullptr) {
+          *static_cast<std::string*>(out) = name;
+          return 1;
+        }
+        return 0;
+      },
+      &path);
+  if (path.empty()) return false;
+  void* lib = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (lib == nullptr) return false;
+  using Query = int (*)(int*);
+  int initialized = 0;
+  if (auto query = reinterpret_cast<Query>(dlsym(lib, "MPI_Initialized"))) query(&initialized);
+  dlclose(lib);
+  return initialized != 0;
+}
 
 }  // namespace
 
@@ -680,7 +706,7 @@ void Recorder::stop() noexcept {
     s.drain();
     // A window still open when the job ends closes at the batch that was running.
     if (s.window_open && !s.close_window(s.batch, false)) return;
-    if (!s.spill.write_end() || !s.spill.sync()) {
+    if (!s.spill.write_end(process_used_mpi()) || !s.spill.sync()) {
       s.fail_io();
       return;
     }

@@ -277,7 +277,10 @@ bool SpillWriter::write_window_close(std::uint32_t window, std::int64_t batch_en
   return write_record(SpillRecord::window_close, e.bytes());
 }
 
-bool SpillWriter::write_end() { return write_record(SpillRecord::end, {}); }
+bool SpillWriter::write_end(bool used_mpi) {
+  const std::string text = used_mpi ? R"({"used_mpi":true})" : R"({"used_mpi":false})";
+  return write_record(SpillRecord::end, std::vector<char>(text.begin(), text.end()));
+}
 
 bool SpillWriter::sync() {
   if (fd_ < 0) return false;
@@ -402,6 +405,15 @@ void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& o
       break;
     }
     case SpillRecord::end:
+      out.ended = true;
+      if (!payload.empty()) {
+        try {
+          const auto j = nlohmann::json::parse(payload.begin(), payload.end());
+          out.used_mpi = j.is_object() && j.value("used_mpi", false);
+        } catch (const nlohmann::json::exception&) {
+          throw std::runtime_error("the end record is not valid JSON");
+        }
+      }
       break;
     default:
       throw std::runtime_error("unknown record type " + std::to_string(static_cast<std::uint32_t>(type)));

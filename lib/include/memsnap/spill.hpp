@@ -21,7 +21,7 @@
 //                     str pool | u32 nblocks | nblocks x (u64 addr | u64 size | u64 requested |
 //                     u8 state | u32 stack_id))
 //     9 WINDOW_CLOSE  u32 window | i64 batch_end | i64 close_time_ns | u8 oom | u64 dropped
-//    10 END           (empty) the process shut down cleanly
+//    10 END           JSON text (may be empty): how the process ended, e.g. {"used_mpi": true}
 //
 // Every record is written whole with one write(2), so a process killed at any moment leaves a file
 // whose complete records all read back; the reader reports the cut as `truncated`. A file
@@ -85,7 +85,7 @@ class SpillWriter {
   bool write_segments(std::uint32_t window, std::span<const Segment> segments);
   bool write_window_close(std::uint32_t window, std::int64_t batch_end, std::int64_t time_ns,
                           bool oom, std::uint64_t dropped);
-  bool write_end();
+  bool write_end(bool used_mpi = false);
   bool sync();  // fdatasync: called when a window closes
   void close();
 

@@ -1,0 +1,233 @@
+// `memsnap import`: PyTorch snapshot pickles into a store.
+//
+// Each pickle becomes one window of its rank (rank and batch from the file name). The pickles of
+// a rank are merged into one record, written as that rank's spill in a private folder, and the
+// folder is aggregated exactly as a recorded run is: same analysis, same store, same sharing of
+// the work under mpirun. The folder is removed afterwards.
+#include <unistd.h>
+
+#include <iostream>
+#include <map>
+#include <random>
+#include <regex>
+
+#include "memsnap/aggregate.hpp"
+#include "memsnap/interop.hpp"
+#include "memsnap/spill.hpp"
+#include "mpi_util.hpp"
+#include "torch/snapshot.hpp"
+
+namespace memsnap {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Appends `from`'s frames, stacks and windows to `into`, renumbering ids.
+void merge_into(RankRecord& into, RankRecord&& from) {
+  const auto frame_base = static_cast<std::uint32_t>(into.frames.size());
+  const auto stack_base = static_cast<std::uint32_t>(into.stacks.size());
+  for (auto& f : from.frames) into.frames.push_back(std::move(f));
+  for (auto& s : from.stacks) {
+    for (auto& id : s) id += frame_base;
+    into.stacks.push_back(std::move(s));
+  }
+  auto shift = [&](std::uint32_t& id) {
+    if (id != kNoStack) id += stack_base;
+  };
+  for (auto& w : from.windows) {
+    for (auto& e : w.events) shift(e.stack_id);
+    for (auto& a : w.live_at_start) shift(a.stack_id);
+    for (auto& seg : w.segments) {
+      for (auto& b : seg.blocks) shift(b.stack_id);
+    }
+    into.windows.push_back(std::move(w));
+  }
+}
+
+bool write_as_spill(const RankRecord& r, const fs::path& path, std::string& error) {
+  SpillWriter w;
+  bool ok = w.open(path) && w.write_meta(r.meta) && w.write_frames(0, r.frames) && w.write_stacks(0, r.stacks);
+  for (std::size_t i = 0; ok && i < r.windows.size(); ++i) {
+    const WindowRecord& win = r.windows[i];
+    const auto id = static_cast<std::uint32_t>(i);
+    ok = w.write_window_open(id, win.batch_start, win.open_time_ns, win.live_at_start);
+    for (const auto& b : win.batches) ok = ok && w.write_batch(id, b);
+    ok = ok && w.write_events(id, win.events) && w.write_segments(id, win.segments) &&
+         w.write_window_close(id, win.batch_end, win.close_time_ns, win.oom, win.dropped);
+  }
+  ok = ok && w.write_end(false);
+  if (!ok) error = w.error();
+  return ok;
+}
+
+}  // namespace
+
+std::optional<std::pair<int, std::int64_t>> parse_rank_batch(const std::string& file_name, const std::string& tmpl) {
+  // The template as a regular expression: {rank} and {batch} capture numbers, other variables
+  // match anything, the rest is literal.
+  std::string pattern = "^";
+  int rank_group = 0, batch_group = 0, groups = 0;
+  for (std::size_t i = 0; i < tmpl.size(); ++i) {
+    if (tmpl[i] == '{') {
+      const auto close = tmpl.find('}', i);
+      if (close == std::string::npos) return std::nullopt;
+      const std::string var = tmpl.substr(i + 1, close - i - 1);
+      ++groups;
+      if (var == "rank") rank_group = groups;
+      if (var == "batch") batch_group = groups;
+      pattern += (var == "rank" || var == "batch") ? "([0-9]+)" : "(.*?)";
+      i = close;
+    } else {
+      if (std::strchr(".^$|()[]*+?\\", tmpl[i]) != nullptr) pattern += '\\';
+      pattern += tmpl[i];
+    }
+  }
+  if (rank_group == 0 || batch_group == 0) return std::nullopt;
+  std::smatch m;
+  if (!std::regex_search(file_name, m, std::regex(pattern))) return std::nullopt;
+  try {
+    return std::make_pair(std::stoi(m[rank_group].str()), std::stoll(m[batch_group].str()));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+int import_main(const ImportCliOptions& o) {
+  std::unique_ptr<mpi::Session> session;
+  std::unique_ptr<mpi::Comm> comm;
+  try {
+    session = std::make_unique<mpi::Session>();
+    comm = std::make_unique<mpi::Comm>(MPI_COMM_WORLD);
+  } catch (const std::exception& e) {
+    std::cerr << "memsnap import: " << e.what() << "\n";
+    return 1;
+  }
+  const bool root = comm->rank() == 0;
+  auto fail = [&](const std::string& line) {
+    if (root) std::cerr << "memsnap import: " << line << "\n";
+    return 1;
+  };
+
+  // Which file is which rank and batch: decided alike on every rank (no I/O yet).
+  if ((o.rank.has_value() || o.batch.has_value()) && o.pickles.size() != 1) {
+    return fail("--rank and --batch name one file; with several, name them by a --template");
+  }
+  if (o.rank.has_value() != o.batch.has_value()) return fail("--rank and --batch go together");
+  std::map<int, std::vector<std::pair<std::int64_t, fs::path>>> by_rank;
+  for (const auto& p : o.pickles) {
+    std::pair<int, std::int64_t> rb;
+    if (o.rank) {
+      rb = {*o.rank, *o.batch};
+    } else if (auto parsed = parse_rank_batch(p.filename().string(), o.name_template)) {
+      rb = *parsed;
+    } else {
+      return fail(p.string() + ": the name does not fit the template '" + o.name_template +
+                  "' (give --template, e.g. 'snap_rank{rank}_step{batch}', or --rank and --batch)");
+    }
+    by_rank[rb.first].emplace_back(rb.second, p);
+  }
+  int world = o.world_size;
+  if (world == 0) world = by_rank.empty() ? 1 : by_rank.rbegin()->first + 1;
+  if (!by_rank.empty() && by_rank.rbegin()->first >= world) {
+    return fail("rank " + std::to_string(by_rank.rbegin()->first) + " is beyond --world-size " + std::to_string(world));
+  }
+  std::error_code ec;
+  if (!o.overwrite && (fs::exists(o.output, ec) || fs::exists(store_data_dir(o.output), ec))) {
+    return fail(o.output.string() + " already exists (use --overwrite to replace it)");
+  }
+  const std::string run_name = !o.run_name.empty() ? o.run_name : o.output.stem().string();
+
+  // A private folder beside the store for the converted records; its name comes from rank 0.
+  std::vector<char> name_bytes;
+  if (root) {
+    std::random_device rd;
+    const std::string name = "." + o.output.filename().string() + ".import-" + std::to_string(getpid()) + "-" +
+                             std::to_string(rd() % 1000000);
+    name_bytes.assign(name.begin(), name.end());
+  }
+  mpi::bcast_bytes(*comm, name_bytes, 0);
+  const fs::path work = fs::absolute(o.output).parent_path() / std::string(name_bytes.begin(), name_bytes.end());
+  const fs::path spill_dir = work / "spill";
+
+  // Each aggregator rank converts its share of ranks; failures are agreed on collectively.
+  std::string error;
+  if (root) {
+    fs::create_directories(spill_dir, ec);
+    if (ec) error = "cannot create " + spill_dir.string() + ": " + ec.message();
+  }
+  MPI_Barrier(comm->get());
+  int index = 0;
+  for (auto& [rank, files] : by_rank) {
+    if (index++ % comm->size() != comm->rank() || !error.empty()) continue;
+    std::sort(files.begin(), files.end());
+    RankRecord merged;
+    bool first = true;
+    bool bad = false;
+    for (const auto& [batch, path] : files) {
+      try {
+        torch::ImportOptions io;
+        io.rank = rank;
+        io.world_size = world;
+        io.batch = batch;
+        io.run_name = run_name;
+        torch::ImportResult r = torch::import_snapshot_file(path.string(), io);
+        if (first) {
+          merged.meta = r.record.meta;
+          merged.meta.world_size = world;
+          merged.meta.run_name = run_name;
+          first = false;
+        }
+        merge_into(merged, std::move(r.record));
+      } catch (const std::exception& e) {
+        if (!o.keep_going) {
+          error = e.what();
+          break;
+        }
+        std::cerr << "memsnap import: " << e.what() << " (left out: --keep-going)\n";
+        bad = true;
+      }
+    }
+    if (!error.empty() || first) continue;  // nothing readable: the rank comes out missing
+    (void)bad;
+    std::string werr;
+    if (!write_as_spill(merged, spill_dir / spill_file_name(rank, merged.meta.pid), werr)) error = werr;
+  }
+  int mine_bad = error.empty() ? 0 : 1, any_bad = 0;
+  MPI_Allreduce(&mine_bad, &any_bad, 1, MPI_INT, MPI_MAX, comm->get());
+  int code = 0;
+  if (any_bad) {
+    std::vector<char> mine(error.begin(), error.end());
+    auto all = mpi::gather_bytes(*comm, mine, 0);
+    if (root) {
+      for (const auto& m : all) {
+        if (!m.empty()) {
+          std::cerr << "memsnap import: " << std::string(m.begin(), m.end()) << "\n";
+          break;
+        }
+      }
+    }
+    code = 1;
+  } else {
+    AggregateOptions ao;
+    ao.run_dir = work;
+    ao.output = o.output;
+    ao.overwrite = o.overwrite;
+    ao.keep_going = o.keep_going || world > static_cast<int>(by_rank.size());
+    try {
+      aggregate(ao, comm->get());
+      if (root) std::cout << "memsnap import: " << o.pickles.size() << " snapshot(s) of " << by_rank.size() << " rank(s) -> "
+                          << o.output.string() << "\n";
+    } catch (const AggregateError& e) {
+      if (root) {
+        std::cerr << "memsnap import: " << e.what() << "\n";
+        for (const auto& d : e.details()) std::cerr << "  " << d << "\n";
+      }
+      code = 1;
+    }
+  }
+  MPI_Barrier(comm->get());
+  if (root) fs::remove_all(work, ec);
+  return code;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,41 @@
+#include "commands.hpp"
+#include "memsnap/interop.hpp"
+
+namespace memsnap::cli {
+
+void add_import(CLI::App& app, int& code) {
+  auto* cmd = app.add_subcommand("import", "Import PyTorch memory snapshot pickles (torch.cuda.memory._dump_snapshot, "
+                                           "Composer's MemorySnapshot/OOMObserver) into a store");
+  static ImportCliOptions o;
+  static int rank = -1;
+  static std::int64_t batch = -1;
+  cmd->add_option("PICKLES", o.pickles, "snapshot files")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-o,--output", o.output, "the store to write")->required();
+  cmd->add_option("--template", o.name_template, "rank and batch from each file name (default rank{rank}.{batch})");
+  cmd->add_option("--rank", rank, "rank of a single file")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", batch, "batch of a single file")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--world-size", o.world_size, "ranks in the job (default: highest rank + 1)")->check(CLI::PositiveNumber);
+  cmd->add_option("--run-name", o.run_name, "run name in the store");
+  cmd->add_flag("--overwrite", o.overwrite, "replace an existing store");
+  cmd->add_flag("--keep-going", o.keep_going, "store what can be read; mark the ranks whose pickle is bad");
+  cmd->callback([&code] {
+    if (rank >= 0) o.rank = rank;
+    if (batch >= 0) o.batch = batch;
+    code = import_main(o);
+  });
+}
+
+void add_export(CLI::App& app, int& code) {
+  auto* cmd = app.add_subcommand("export", "Write one stored window as a torch snapshot pickle or a Chrome trace");
+  static ExportCliOptions o;
+  cmd->add_option("STORE", o.store, "the store")->required();
+  cmd->add_option("--rank", o.rank, "rank")->required()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", o.batch, "the window, named by its last batch")->required();
+  cmd->add_option("--format", o.format, "torch (pickle for PyTorch's memory viewer) or chrome (Perfetto JSON)")
+      ->check(CLI::IsMember({"torch", "chrome"}));
+  cmd->add_option("-o,--output", o.output, "file to write")->required();
+  cmd->add_flag("--overwrite", o.overwrite, "replace an existing file");
+  cmd->callback([&code] { code = export_main(o); });
+}
+
+}  // namespace memsnap::cli

@@ -1,0 +1,294 @@
+#include "run.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "memsnap/aggregate.hpp"
+#include "memsnap/config.hpp"
+#include "memsnap/launch_env.hpp"
+#include "memsnap/names.hpp"
+#include "memsnap/report.hpp"
+#include "memsnap/spill.hpp"
+
+extern char** environ;
+
+namespace memsnap {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+volatile sig_atomic_t g_child = 0;
+
+// Signals for the job go to the child; memsnap run itself stays to record how it ended.
+void forward(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+void say(int rank, const std::string& line) {
+  const std::string text = "memsnap run[rank " + std::to_string(rank) + "]: " + line + "\n";
+  ssize_t ignored = write(STDERR_FILENO, text.data(), text.size());
+  (void)ignored;
+}
+
+fs::path cupti_library(const std::string& self) {
+  std::error_code ec;
+  const fs::path bin = fs::canonical(self.empty() ? "/proc/self/exe" : self, ec).parent_path();
+  for (const fs::path& p : {bin / "../lib/libmemsnap_cupti.so", bin / "../lib64/libmemsnap_cupti.so"}) {
+    if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec);
+  }
+  return {};
+}
+
+// The child's verdict on MPI, from its clean record: "yes", "no" or "unknown".
+std::string child_used_mpi(const fs::path& spill_dir, int rank, long pid) {
+  const fs::path spill = spill_dir / spill_file_name(rank, pid);
+  std::error_code ec;
+  if (!fs::exists(spill, ec)) return "unknown";
+  try {
+    const RankRecord r = read_spill(spill);
+    if (!r.ended) return "unknown";
+    return r.used_mpi ? "yes" : "no";
+  } catch (const std::exception&) {
+    return "unknown";
+  }
+}
+
+fs::path exit_record_path(const fs::path& spill_dir, int rank) { return spill_dir / ("rank" + std::to_string(rank) + ".exit.json"); }
+
+bool read_exit_record(const fs::path& p, json& out) {
+  std::ifstream in(p);
+  if (!in) return false;
+  try {
+    out = json::parse(in);
+    return out.is_object();
+  } catch (const json::exception&) {
+    return false;  // being written: not there yet
+  }
+}
+
+// Waits until every rank's exit record is in the (shared) spill folder, or the time is up.
+// Returns the ranks still missing.
+std::vector<int> wait_for_ranks(const fs::path& spill_dir, int world, double seconds, int rank, bool talk) {
+  const auto start = std::chrono::steady_clock::now();
+  auto last_note = start;
+  while (true) {
+    std::vector<int> missing;
+    for (int r = 0; r < world; ++r) {
+      json j;
+      if (!read_exit_record(exit_record_path(spill_dir, r), j)) missing.push_back(r);
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (missing.empty() || waited >= seconds) return missing;
+    if (talk && std::chrono::steady_clock::now() - last_note > std::chrono::seconds(10)) {
+      std::string list;
+      for (std::size_t i = 0; i < missing.size() && i < 16; ++i) list += (i ? " " : "") + std::to_string(missing[i]);
+      if (missing.size() > 16) list += " ...";
+      say(rank, "waiting for " + std::to_string(missing.size()) + " rank(s) to finish: " + list);
+      last_note = std::chrono::steady_clock::now();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace
+
+std::string describe_exit(int status, int& exit_code, int& sig, bool& core) {
+  exit_code = 0;
+  sig = 0;
+  core = false;
+  if (WIFEXITED(status)) {
+    exit_code = WEXITSTATUS(status);
+    return "exited with " + std::to_string(exit_code);
+  }
+  if (WIFSIGNALED(status)) {
+    sig = WTERMSIG(status);
+    core = WCOREDUMP(status);
+    const char* name = sigabbrev_np(sig);
+    std::string how = "killed by SIG" + std::string(name ? name : std::to_string(sig).c_str());
+    if (sig == SIGKILL) how += " (often the kernel's OOM killer, or the launcher stopping the job)";
+    if (core) how += ", core dumped";
+    return how;
+  }
+  return "ended (status " + std::to_string(status) + ")";
+}
+
+int run_main(const RunOptions& o) {
+  const EnvLookup env = process_env();
+  const LaunchInfo launch = detect_launch(env);
+  const int rank = launch.rank;
+  if (o.command.empty()) {
+    std::cerr << "memsnap run: no command given; usage: memsnap run [--config F] -- CMD ARGS...\n";
+    return 2;
+  }
+
+  // The configuration, resolved once here so that every process of the rank agrees.
+  bool record = true;
+  Config config;
+  fs::path run_dir, spill_dir;
+  try {
+    config = load_config(o.config, env);
+    if (config.run_name.empty()) config.run_name = default_run_name(launch);
+    NameVars vars{config.run_name, rank, launch.local_rank, launch.world_size, launch.local_world_size,
+                  launch.node_rank, std::nullopt, timestamp_now()};
+    run_dir = fs::absolute(format_name(config.folder, vars));
+    spill_dir = run_dir / "spill";
+    std::error_code ec;
+    fs::create_directories(spill_dir, ec);
+    if (ec) throw ConfigError("cannot create " + spill_dir.string() + ": " + ec.message());
+    if (!config.enabled) record = false;
+  } catch (const std::exception& e) {
+    say(rank, std::string(e.what()) + "; the command runs unrecorded");
+    record = false;
+  }
+
+  // The child's environment: our resolved settings, and the CUPTI injection when it was built.
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (record && (kv.rfind("MEMSNAP_FOLDER=", 0) == 0 || kv.rfind("MEMSNAP_RUN_NAME=", 0) == 0 ||
+                   kv.rfind("MEMSNAP_CONFIG=", 0) == 0)) {
+      continue;
+    }
+    env_text.push_back(kv);
+  }
+  if (record) {
+    env_text.push_back("MEMSNAP_FOLDER=" + run_dir.string());
+    env_text.push_back("MEMSNAP_RUN_NAME=" + config.run_name);
+    if (!o.config.empty()) env_text.push_back("MEMSNAP_CONFIG=" + fs::absolute(o.config).string());
+    const fs::path cupti = cupti_library(o.self);
+    if (!cupti.empty()) {
+      if (!env("CUDA_INJECTION64_PATH")) env_text.push_back("CUDA_INJECTION64_PATH=" + cupti.string());
+      if (!env("NVTX_INJECTION64_PATH")) env_text.push_back("NVTX_INJECTION64_PATH=" + cupti.string());
+    }
+  }
+  std::vector<char*> envp, argv;
+  for (auto& s : env_text) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = o.command;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const auto started = std::chrono::steady_clock::now();
+  struct sigaction sa {};
+  sa.sa_handler = forward;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT}) sigaction(sig, &sa, nullptr);
+  const pid_t child = fork();
+  if (child < 0) {
+    std::cerr << "memsnap run: cannot start " << o.command[0] << ": " << std::strerror(errno) << "\n";
+    return 127;
+  }
+  if (child == 0) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT}) signal(sig, SIG_DFL);
+    execvpe(argv[0], argv.data(), envp.data());
+    const std::string msg = "memsnap run: cannot run " + o.command[0] + ": " + std::strerror(errno) + "\n";
+    ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());
+    (void)ignored;
+    _exit(127);
+  }
+  g_child = child;
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  ExitRecord ex;
+  ex.rank = rank;
+  ex.pid = child;
+  ex.how = describe_exit(status, ex.exit_code, ex.signal, ex.core_dumped);
+  ex.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  for (const auto& a : o.command) ex.command += (ex.command.empty() ? "" : " ") + a;
+  const int code = ex.signal ? 128 + ex.signal : ex.exit_code;
+  if (ex.exit_code != 0 || ex.signal != 0) say(rank, o.command[0] + " " + ex.how);
+  if (!record) return code;
+
+  ex.used_mpi = child_used_mpi(spill_dir, rank, child);
+  {
+    const json j = {{"rank", ex.rank}, {"pid", ex.pid}, {"exit_code", ex.exit_code}, {"signal", ex.signal},
+                    {"core_dumped", ex.core_dumped}, {"how", ex.how}, {"used_mpi", ex.used_mpi},
+                    {"seconds", ex.seconds}, {"command", ex.command}, {"host", launch.launcher}};
+    const fs::path p = exit_record_path(spill_dir, rank);
+    const fs::path tmp = p.string() + ".tmp";
+    std::ofstream(tmp) << j.dump(2) << "\n";
+    std::error_code ec;
+    fs::rename(tmp, p, ec);
+  }
+
+  const std::string self = o.self.empty() ? "memsnap" : o.self;
+  const fs::path store = run_dir / "memsnap.h5";
+  const std::string follow_up = "mpirun -np " + std::to_string(launch.world_size) + " " + self + " aggregate " +
+                                run_dir.string() + " && " + self + " report " + store.string();
+  const bool mpi_launcher = launch.launcher == "openmpi" || launch.launcher == "pmix" || launch.launcher == "slurm";
+  if (o.no_aggregate) {
+    if (rank == 0) say(rank, "recorded in " + spill_dir.string() + "; to see it: " + follow_up);
+    return code;
+  }
+
+  if (!mpi_launcher) {
+    // torchrun or no launcher: no MPI between the ranks. Rank 0 may gather the record alone.
+    if (rank != 0) return code;
+    if (!o.aggregate_when_done && launch.world_size > 1) {
+      say(rank, "recorded in " + spill_dir.string() + "; when every rank is done: " + self + " aggregate " +
+                    run_dir.string() + " && " + self + " report " + store.string());
+      return code;
+    }
+    const auto missing = wait_for_ranks(spill_dir, launch.world_size, o.wait_seconds, rank, true);
+    AggregateOptions ao;
+    ao.run_dir = run_dir;
+    ao.overwrite = config.overwrite;
+    ao.keep_going = true;
+    if (!missing.empty()) say(rank, std::to_string(missing.size()) + " rank(s) did not finish in time; they are marked in the store");
+    if (aggregate_main(ao) != 0) return code;
+    if (o.report) {
+      ReportOptions ro;
+      ro.store = store;
+      ro.overwrite = config.overwrite;
+      report_main(ro);
+    }
+    return code;
+  }
+
+  // mpirun / srun: all ranks decide alike from the same shared facts: aggregate here only when
+  // every rank has finished and no child initialised MPI (a second MPI_Init in a slot fails).
+  const auto missing = wait_for_ranks(spill_dir, launch.world_size, std::min(o.wait_seconds, 120.0), rank, rank == 0);
+  bool in_slot = missing.empty();
+  std::string why;
+  if (!missing.empty()) why = std::to_string(missing.size()) + " rank(s) did not finish";
+  for (int r = 0; r < launch.world_size && in_slot; ++r) {
+    json j;
+    read_exit_record(exit_record_path(spill_dir, r), j);
+    const std::string used = j.value("used_mpi", "unknown");
+    if (used != "no") {
+      in_slot = false;
+      why = used == "yes" ? "the command initialised MPI itself" : "rank " + std::to_string(r) + " left no clean record";
+    }
+  }
+  if (!in_slot) {
+    if (rank == 0) say(rank, "recorded in " + spill_dir.string() + " (" + why + "); to see it: " + follow_up);
+    return code;
+  }
+  AggregateOptions ao;
+  ao.run_dir = run_dir;
+  ao.overwrite = config.overwrite;
+  ao.keep_going = true;
+  if (aggregate_main(ao) == 0 && o.report) {
+    ReportOptions ro;
+    ro.store = store;
+    ro.overwrite = config.overwrite;
+    ro.quiet = false;
+    report_main(ro);
+  }
+  return code;
+}
+
+}  // namespace memsnap

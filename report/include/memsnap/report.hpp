@@ -1,0 +1,65 @@
+// The report stage: a store in, self-contained HTML pages and summary.json out.
+//
+//   DIR/index.html                          the cross-rank page (rank 0 writes it)
+//   DIR/<filename template>                 one page per rank and window (their owners write them)
+//   DIR/summary.json                        the findings, for machines
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "memsnap/analysis.hpp"
+#include "memsnap/record.hpp"
+#include "memsnap/store.hpp"
+
+namespace memsnap {
+
+struct ReportOptions {
+  std::filesystem::path store;
+  std::filesystem::path out_dir;             // empty: beside the store, "report/"
+  std::optional<double> fail_on_imbalance;   // exit 3 when max/median peak - 1 exceeds it
+  bool overwrite = false;                    // replace an existing report folder's pages
+  std::size_t max_bands = 20000;             // allocations drawn one by one per page
+  bool quiet = false;
+};
+
+// What the per-rank pass learns of one window and sends to rank 0 for the cross-rank page.
+struct WindowDigest {
+  int rank = 0;
+  std::int64_t batch = 0;
+  std::string page;                           // relative href of its page
+  std::vector<BatchStat> batches;             // per-batch peak and live bytes
+  std::vector<double> series_t;               // <= 200 points, 0..1 over the window
+  std::vector<std::uint64_t> series_allocated;
+  nlohmann::json site_stacks;                 // site name -> [{name,file,line}...]
+};
+
+// The rank page's data (the contract in report/html/html.cpp) for one window.
+nlohmann::json rank_page_data(const RankRecord& rank, const WindowRecord& window, const WindowStats& stats,
+                              const std::string& run_name, int world_size, std::size_t max_bands,
+                              const nlohmann::json& links, WindowDigest* digest);
+
+// Cross-rank analysis: imbalance metrics, findings (leak, shard imbalance, spike, oom, missing,
+// truncated) and where ranks differ. `summary_json` is what summary.json holds.
+struct CrossRankResult {
+  nlohmann::json page;          // the cross page's data
+  nlohmann::json summary_json;  // summary.json
+  double peak_max_over_median = 0;
+};
+CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<SiteRow>& sites,
+                                    const std::vector<WindowDigest>& digests);
+
+// `memsnap report`: MPI-aware (ranks share the per-rank pages; rank 0 writes the cross page).
+// Returns the exit code: 0, 1 (error, one line on stderr), 3 (imbalance over the threshold).
+int report_main(const ReportOptions& options);
+
+// The page name of a rank's window from the config's `filename` template.
+std::string page_name(const std::string& filename_template, const std::string& run_name, const RankInfo& rank,
+                      int world_size, std::int64_t batch);
+
+}  // namespace memsnap

@@ -1,0 +1,395 @@
+// Where ranks differ: imbalance metrics and the findings of the cross-rank page and summary.json.
+//
+// Every rule compares a rank with the median of all ranks (robust to the outlier itself):
+//   shard_imbalance  memory held at every batch boundary is above the median, and does not grow
+//   leak             memory held at batch boundaries grows batch after batch, faster than the median
+//   spike            one batch's peak is far above that batch's median while its other batches are not
+//   oom              an allocation failed
+//   missing/truncated  the rank's record is absent, cut short or damaged
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "memsnap/aggregate.hpp"
+#include "memsnap/report.hpp"
+
+namespace memsnap {
+namespace {
+
+using nlohmann::json;
+constexpr std::uint64_t MiB = 1024 * 1024;
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Bytes above which a difference is worth a finding: `fraction` of the typical value, at least 1 MiB.
+double threshold(double typical, double fraction) { return std::max(static_cast<double>(MiB), typical * fraction); }
+
+struct RankView {
+  int rank = 0;
+  std::string status = "ok";
+  std::string detail;
+  std::vector<const SummaryRow*> windows;
+  std::uint64_t peak = 0, reserved = 0, persistent = 0, baseline = 0;
+  double growth_per_batch = 0;
+  std::int64_t batches = 0;
+  bool has_data() const { return !windows.empty(); }
+};
+
+}  // namespace
+
+CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<SiteRow>& sites,
+                                    const std::vector<WindowDigest>& digests) {
+  std::map<int, RankView> ranks;
+  for (const auto& r : info.ranks) {
+    ranks[r.rank].rank = r.rank;
+    ranks[r.rank].status = r.status;
+    ranks[r.rank].detail = r.status_detail;
+  }
+  for (const auto& row : info.rows) {
+    auto& v = ranks[row.rank];
+    v.rank = row.rank;
+    if (row.window >= 0) v.windows.push_back(&row);
+  }
+  for (auto& [r, v] : ranks) {
+    v.baseline = UINT64_MAX;
+    v.persistent = UINT64_MAX;
+    std::int64_t growth = 0;
+    for (const auto* w : v.windows) {
+      v.peak = std::max(v.peak, w->peak_allocated);
+      v.reserved = std::max(v.reserved, w->peak_reserved);
+      v.persistent = std::min(v.persistent, w->persistent);
+      v.baseline = std::min(v.baseline, w->live_at_open);
+      growth += static_cast<std::int64_t>(w->live_at_close) - static_cast<std::int64_t>(w->live_at_open);
+      v.batches += w->batch_end - w->batch_start + 1;
+    }
+    if (v.windows.empty()) v.baseline = v.persistent = 0;
+    v.growth_per_batch = v.batches > 0 ? static_cast<double>(growth) / static_cast<double>(v.batches) : 0;
+  }
+
+  std::vector<double> peaks, growths;
+  for (const auto& [r, v] : ranks) {
+    if (!v.has_data()) continue;
+    peaks.push_back(static_cast<double>(v.peak));
+    growths.push_back(v.growth_per_batch);
+  }
+  const double peak_median = median_of(peaks);
+  const double growth_median = median_of(growths);
+
+  // Imbalance of peak allocated: max/median, spread, z-scores, and outliers by a robust rule
+  // (distance from the median in units of the median absolute deviation; with identical peers,
+  // more than 5 % above the median).
+  json imbalance;
+  {
+    double mean = 0, sq = 0, max = 0, min = peaks.empty() ? 0 : peaks.front();
+    for (double p : peaks) {
+      mean += p;
+      max = std::max(max, p);
+      min = std::min(min, p);
+    }
+    mean = peaks.empty() ? 0 : mean / static_cast<double>(peaks.size());
+    for (double p : peaks) sq += (p - mean) * (p - mean);
+    const double sd = peaks.size() > 1 ? std::sqrt(sq / static_cast<double>(peaks.size())) : 0;
+    std::vector<double> dev;
+    for (double p : peaks) dev.push_back(std::fabs(p - peak_median));
+    const double mad = median_of(dev) * 1.4826;
+    json z = json::array(), outliers = json::array(), reasons = json::object();
+    for (const auto& [r, v] : ranks) {
+      if (!v.has_data()) {
+        z.push_back(nullptr);
+        continue;
+      }
+      const double p = static_cast<double>(v.peak);
+      z.push_back(sd > 0 ? (p - mean) / sd : 0.0);
+      const bool far = mad > 0 ? (p - peak_median) / mad > 3.5 : p > peak_median * 1.05;
+      if (far && p - peak_median > static_cast<double>(MiB)) {
+        outliers.push_back(r);
+        char why[160];
+        std::snprintf(why, sizeof why, "peak %.2fx the median (%s over)", peak_median > 0 ? p / peak_median : 0.0,
+                      human_bytes(static_cast<std::uint64_t>(p - peak_median)).c_str());
+        reasons[std::to_string(r)] = why;
+      }
+    }
+    imbalance = {{"metric", "peak_allocated"},
+                 {"max", static_cast<std::uint64_t>(max)},
+                 {"median", static_cast<std::uint64_t>(peak_median)},
+                 {"max_over_median", peak_median > 0 ? max / peak_median : 0.0},
+                 {"peak_max_over_median", peak_median > 0 ? max / peak_median : 0.0},
+                 {"spread", static_cast<std::uint64_t>(max - min)},
+                 {"zscores", std::move(z)},
+                 {"outlier_ranks", std::move(outliers)},
+                 {"outlier_reasons", std::move(reasons)}};
+  }
+
+  // Sites at the peak, by (batch, site) then rank.
+  std::map<std::pair<std::int64_t, std::string>, std::map<int, const SiteRow*>> site_table;
+  for (const auto& s : sites) site_table[{s.batch, s.site}][s.rank] = &s;
+  auto site_excess = [&](int rank, std::int64_t batch) -> std::pair<std::string, double> {
+    std::string best;
+    double best_excess = 0;
+    for (const auto& [key, by_rank] : site_table) {
+      if (key.first != batch) continue;
+      auto it = by_rank.find(rank);
+      const double mine = it == by_rank.end() ? 0 : static_cast<double>(it->second->bytes_at_peak);
+      std::vector<double> others;
+      for (const auto& [r, v] : ranks) {
+        if (r == rank || !v.has_data()) continue;
+        auto o = by_rank.find(r);
+        others.push_back(o == by_rank.end() ? 0 : static_cast<double>(o->second->bytes_at_peak));
+      }
+      const double excess = mine - median_of(others);
+      if (excess > best_excess) {
+        best_excess = excess;
+        best = key.second;
+      }
+    }
+    return {best, best_excess};
+  };
+  auto site_or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+
+  json findings = json::array();
+  std::set<int> leaking;
+  for (const auto& [r, v] : ranks) {
+    if (v.status != "ok") {
+      const bool missing = v.status == "missing";
+      findings.push_back({{"kind", missing ? "missing" : "truncated"},
+                          {"rank", r},
+                          {"batch", v.windows.empty() ? json(nullptr) : json(v.windows.back()->batch_end)},
+                          {"bytes", 0},
+                          {"site", nullptr},
+                          {"detail", missing ? "rank " + std::to_string(r) + " left no record (no spill file)"
+                                             : "rank " + std::to_string(r) + "'s record is " + v.status +
+                                                   (v.detail.empty() ? "" : ": " + v.detail)}});
+    }
+    for (const auto* w : v.windows) {
+      if (!w->oom) continue;
+      findings.push_back({{"kind", "oom"},
+                          {"rank", r},
+                          {"batch", w->batch_end},
+                          {"bytes", w->oom_requested},
+                          {"site", nullptr},
+                          {"detail", "rank " + std::to_string(r) + " ran out of memory in batch " +
+                                         std::to_string(w->batch_end) + " asking for " + human_bytes(w->oom_requested) +
+                                         " with " + human_bytes(w->peak_allocated) + " allocated"}});
+    }
+  }
+
+  // Leak: growth per batch above the median's, held batch after batch (never released).
+  std::map<int, std::vector<const WindowDigest*>> digests_of;
+  for (const auto& d : digests) digests_of[d.rank].push_back(&d);
+  for (const auto& [r, v] : ranks) {
+    if (!v.has_data() || v.batches < 2) continue;
+    const double excess = v.growth_per_batch - growth_median;
+    if (excess <= threshold(peak_median, 0.002)) continue;
+    // Every batch of the rank ends holding at least as much as the one before.
+    bool monotone = true;
+    for (const auto* d : digests_of[r]) {
+      for (std::size_t i = 1; i < d->batches.size(); ++i) monotone &= d->batches[i].live_at_end >= d->batches[i - 1].live_at_end;
+    }
+    if (!monotone) continue;
+    leaking.insert(r);
+    const auto [site, site_bytes] = site_excess(r, v.windows.back()->batch_end);
+    (void)site_bytes;
+    findings.push_back({{"kind", "leak"},
+                        {"rank", r},
+                        {"batch", v.windows.back()->batch_end},
+                        {"bytes", static_cast<std::uint64_t>(excess)},
+                        {"site", site_or_null(site)},
+                        {"detail", "rank " + std::to_string(r) + " keeps " + human_bytes(static_cast<std::uint64_t>(excess)) +
+                                       " more after every batch than the other ranks" +
+                                       (site.empty() ? "" : ", held by " + site)}});
+  }
+
+  // Shard imbalance: more memory held at every batch boundary than the median, not growing.
+  // The median leaves the leaking ranks out: their boundary memory says nothing about shards.
+  std::vector<double> steady;
+  for (const auto& [r, v] : ranks) {
+    if (v.has_data() && !leaking.count(r)) steady.push_back(static_cast<double>(v.baseline));
+  }
+  const double baseline_median = median_of(steady);
+  for (const auto& [r, v] : ranks) {
+    if (!v.has_data() || leaking.count(r)) continue;
+    const double excess = static_cast<double>(v.baseline) - baseline_median;
+    if (excess <= threshold(baseline_median, 0.02)) continue;
+    const auto [site, site_bytes] = site_excess(r, v.windows.front()->batch_end);
+    (void)site_bytes;
+    findings.push_back({{"kind", "shard_imbalance"},
+                        {"rank", r},
+                        {"batch", nullptr},
+                        {"bytes", static_cast<std::uint64_t>(excess)},
+                        {"site", site_or_null(site)},
+                        {"detail", "rank " + std::to_string(r) + " holds " + human_bytes(static_cast<std::uint64_t>(excess)) +
+                                       " more than the median rank at every batch boundary" +
+                                       (site.empty() ? "" : ", most of it at " + site) +
+                                       "; sharded state should be equal across ranks"}});
+  }
+
+  // Spike: one batch's peak far above that batch's median across ranks.
+  std::map<std::int64_t, std::vector<std::pair<int, std::uint64_t>>> batch_peaks;
+  std::map<std::pair<int, std::int64_t>, std::int64_t> window_of_batch;
+  for (const auto& d : digests) {
+    for (const auto& b : d.batches) {
+      batch_peaks[b.batch].emplace_back(d.rank, b.peak_allocated);
+      window_of_batch[{d.rank, b.batch}] = d.batch;
+    }
+  }
+  std::map<int, std::vector<std::pair<std::int64_t, double>>> excess_of;  // rank -> (batch, excess)
+  for (const auto& [batch, list] : batch_peaks) {
+    std::vector<double> values;
+    for (const auto& [r, p] : list) values.push_back(static_cast<double>(p));
+    const double med = median_of(values);
+    for (const auto& [r, p] : list) excess_of[r].emplace_back(batch, static_cast<double>(p) - med);
+  }
+  for (const auto& [r, list] : excess_of) {
+    if (list.size() < 2) continue;
+    const double limit = threshold(peak_median, 0.10);
+    std::vector<std::pair<std::int64_t, double>> high;
+    std::size_t calm = 0;
+    for (const auto& [b, e] : list) {
+      if (e > limit) high.emplace_back(b, e);
+      else if (e < limit / 2) ++calm;
+    }
+    if (high.empty() || high.size() * 3 > list.size() || calm + high.size() != list.size()) continue;
+    for (const auto& [b, e] : high) {
+      const auto [site, site_bytes] = site_excess(r, window_of_batch[{r, b}]);
+      (void)site_bytes;
+      findings.push_back({{"kind", "spike"},
+                          {"rank", r},
+                          {"batch", b},
+                          {"bytes", static_cast<std::uint64_t>(e)},
+                          {"site", site_or_null(site)},
+                          {"detail", "rank " + std::to_string(r) + " peaks " + human_bytes(static_cast<std::uint64_t>(e)) +
+                                         " above the other ranks in batch " + std::to_string(b) + " only" +
+                                         (site.empty() ? "" : ", at " + site)}});
+    }
+  }
+
+  // Where ranks differ: per site, bytes at the peak by rank, in the batch most ranks recorded.
+  std::map<std::int64_t, int> batch_count;
+  for (const auto& row : info.rows) {
+    if (row.window >= 0) ++batch_count[row.batch_end];
+  }
+  std::int64_t common_batch = 0;
+  int best = -1;
+  for (const auto& [b, n] : batch_count) {
+    if (n > best) {
+      best = n;
+      common_batch = b;
+    }
+  }
+  json site_stack_of = json::object();
+  for (const auto& d : digests) {
+    for (const auto& [name, frames] : d.site_stacks.items()) {
+      if (!site_stack_of.contains(name)) site_stack_of[name] = frames;
+    }
+  }
+  struct Diff {
+    std::string site;
+    std::vector<std::uint64_t> by_rank;
+    int max_rank = 0, min_rank = 0;
+    std::uint64_t delta = 0;
+    Category category = Category::other;
+  };
+  std::vector<Diff> diffs;
+  const int world = std::max(info.world_size, ranks.empty() ? 0 : ranks.rbegin()->first + 1);
+  for (const auto& [key, by_rank] : site_table) {
+    if (key.first != common_batch) continue;
+    Diff d;
+    d.site = key.second;
+    d.by_rank.assign(world, 0);
+    for (const auto& [r, row] : by_rank) {
+      if (r < world) d.by_rank[r] = row->bytes_at_peak;
+      d.category = row->category;
+    }
+    std::uint64_t hi = 0, lo = UINT64_MAX;
+    for (const auto& [r, v] : ranks) {
+      if (!v.has_data() || r >= world) continue;
+      if (d.by_rank[r] > hi || d.max_rank < 0) {
+        hi = d.by_rank[r];
+        d.max_rank = r;
+      }
+      if (d.by_rank[r] < lo) {
+        lo = d.by_rank[r];
+        d.min_rank = r;
+      }
+    }
+    if (lo == UINT64_MAX || hi <= lo) continue;
+    d.delta = hi - lo;
+    diffs.push_back(std::move(d));
+  }
+  std::sort(diffs.begin(), diffs.end(), [](const Diff& a, const Diff& b) { return a.delta > b.delta; });
+  if (diffs.size() > 25) diffs.resize(25);
+  json site_diffs = json::array();
+  for (const auto& d : diffs) {
+    site_diffs.push_back({{"site", d.site},
+                          {"batch", common_batch},
+                          {"stack", site_stack_of.contains(d.site) ? site_stack_of[d.site] : json::array()},
+                          {"bytes_by_rank", d.by_rank},
+                          {"max_rank", d.max_rank},
+                          {"min_rank", d.min_rank},
+                          {"delta", d.delta},
+                          {"category", category_name(d.category)}});
+  }
+
+  // Bytes at the peak by category per rank (the window of the rank's highest peak).
+  json cat_names = json::array();
+  for (int c = 0; c < kCategoryCount; ++c) cat_names.push_back(category_name(static_cast<Category>(c)));
+  json cat_bytes = json::array();
+  for (int r = 0; r < world; ++r) {
+    json row = json::array();
+    const SummaryRow* top = nullptr;
+    if (auto it = ranks.find(r); it != ranks.end()) {
+      for (const auto* w : it->second.windows) {
+        if (top == nullptr || w->peak_allocated > top->peak_allocated) top = w;
+      }
+    }
+    for (int c = 0; c < kCategoryCount; ++c) row.push_back(top ? top->category_bytes[c] : 0);
+    cat_bytes.push_back(std::move(row));
+  }
+
+  // Rank rows of the page.
+  std::map<std::pair<int, std::int64_t>, const WindowDigest*> digest_of;
+  for (const auto& d : digests) digest_of[{d.rank, d.batch}] = &d;
+  json page_ranks = json::array();
+  for (const auto& r : info.ranks) {
+    json windows = json::array();
+    for (const auto* w : ranks[r.rank].windows) {
+      json win = {{"batch", w->batch_end},         {"batch_start", w->batch_start},
+                  {"peak_allocated", w->peak_allocated}, {"peak_reserved", w->peak_reserved},
+                  {"live_at_open", w->live_at_open}, {"live_at_close", w->live_at_close},
+                  {"persistent", w->persistent},     {"oom", w->oom},
+                  {"status", w->status},             {"page", nullptr}};
+      if (auto it = digest_of.find({r.rank, w->batch_end}); it != digest_of.end()) {
+        win["page"] = it->second->page;
+        win["series"] = {{"t", it->second->series_t}, {"allocated", it->second->series_allocated}};
+        json batches = json::array();
+        for (const auto& b : it->second->batches) batches.push_back({{"batch", b.batch}, {"peak_allocated", b.peak_allocated}, {"live_at_end", b.live_at_end}});
+        win["batches"] = std::move(batches);
+      }
+      windows.push_back(std::move(win));
+    }
+    page_ranks.push_back({{"rank", r.rank}, {"status", r.status}, {"host", r.host}, {"device", r.device}, {"windows", std::move(windows)}});
+  }
+
+  CrossRankResult out;
+  out.peak_max_over_median = imbalance["max_over_median"].get<double>();
+  out.page = {{"format_version", 1},
+              {"run_name", info.run_name},
+              {"world_size", info.world_size},
+              {"created", info.created},
+              {"ranks", page_ranks},
+              {"imbalance", imbalance},
+              {"findings", findings},
+              {"site_diffs", site_diffs},
+              {"categories", {{"names", cat_names}, {"bytes_by_rank", cat_bytes}}}};
+  out.summary_json = {{"imbalance", imbalance}, {"findings", findings}, {"site_diffs", site_diffs},
+                      {"categories", {{"names", cat_names}, {"bytes_by_rank", cat_bytes}}}};
+  return out;
+}
+
+}  // namespace memsnap

@@ -1,0 +1,191 @@
+// `memsnap report`: the per-rank pages rendered in parallel by the ranks that own them, the
+// cross-rank page and summary.json by rank 0 from the gathered digests.
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "../../aggregator/src/mpi_util.hpp"
+#include "html/html.hpp"
+#include "memsnap/aggregate.hpp"
+#include "memsnap/config.hpp"
+#include "memsnap/names.hpp"
+#include "memsnap/report.hpp"
+#include "memsnap/version.hpp"
+
+namespace memsnap {
+namespace {
+
+using nlohmann::json;
+
+json digest_to_json(const WindowDigest& d) {
+  json batches = json::array();
+  for (const auto& b : d.batches) batches.push_back({b.batch, b.peak_allocated, b.live_at_end});
+  return {{"rank", d.rank}, {"batch", d.batch}, {"page", d.page}, {"batches", batches},
+          {"t", d.series_t}, {"v", d.series_allocated}, {"stacks", d.site_stacks}};
+}
+
+WindowDigest digest_from_json(const json& j) {
+  WindowDigest d;
+  d.rank = j.at("rank");
+  d.batch = j.at("batch");
+  d.page = j.at("page");
+  for (const auto& b : j.at("batches")) d.batches.push_back(BatchStat{b[0], b[1], b[2]});
+  d.series_t = j.at("t").get<std::vector<double>>();
+  d.series_allocated = j.at("v").get<std::vector<std::uint64_t>>();
+  d.site_stacks = j.at("stacks");
+  return d;
+}
+
+// Writes `text` to `path` through a temporary name, so a reader never sees half a page.
+void write_whole(const std::filesystem::path& path, const std::string& text) {
+  const auto tmp = path.string() + ".tmp" + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw Error("cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error("cannot write " + path.string() + ": " + ec.message());
+}
+
+std::string filename_template(const StoreInfo& info) {
+  try {
+    const json c = json::parse(info.config_json.empty() ? "{}" : info.config_json);
+    if (c.is_object() && c.contains("filename") && c["filename"].is_string()) return c["filename"];
+  } catch (const json::exception&) {
+  }
+  return Config{}.filename;
+}
+
+}  // namespace
+
+std::string page_name(const std::string& tmpl, const std::string& run_name, const RankInfo& r, int world_size,
+                      std::int64_t batch) {
+  NameVars v{run_name, r.rank, r.local_rank, world_size, r.local_world_size, r.node_rank, batch, ""};
+  std::string name = format_name(tmpl, v);
+  if (name.size() < 5 || name.compare(name.size() - 5, 5, ".html") != 0) name += ".html";
+  return name;
+}
+
+int report_main(const ReportOptions& options) {
+  std::unique_ptr<mpi::Session> session;
+  std::unique_ptr<mpi::Comm> comm;
+  try {
+    session = std::make_unique<mpi::Session>();
+    comm = std::make_unique<mpi::Comm>(MPI_COMM_WORLD);
+  } catch (const std::exception& e) {
+    std::cerr << "memsnap report: " << e.what() << "\n";
+    return 1;
+  }
+  const bool root = comm->rank() == 0;
+  std::string error;  // this rank's first error, agreed on collectively below
+  auto agree = [&]() -> std::string {
+    int bad = error.empty() ? 0 : 1, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm->get());
+    if (!any) return {};
+    std::vector<char> mine(error.begin(), error.end());
+    auto all = mpi::gather_bytes(*comm, mine, 0);
+    std::string first;
+    for (const auto& m : all) {
+      if (!m.empty()) {
+        first.assign(m.begin(), m.end());
+        break;
+      }
+    }
+    return first.empty() ? "failed" : first;
+  };
+
+  const std::filesystem::path out_dir =
+      options.out_dir.empty() ? options.store.parent_path() / "report" : options.out_dir;
+  std::unique_ptr<StoreReader> store;
+  StoreInfo info;
+  try {
+    store = std::make_unique<StoreReader>(options.store);
+    info = store->info();
+    if (root) {
+      std::error_code ec;
+      if (std::filesystem::exists(out_dir / "index.html", ec) && !options.overwrite) {
+        throw Error(out_dir.string() + " already holds a report (index.html); pass --overwrite to replace it");
+      }
+      std::filesystem::create_directories(out_dir, ec);
+      if (ec) throw Error("cannot create " + out_dir.string() + ": " + ec.message());
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (std::string e = agree(); !e.empty()) {
+    if (root) std::cerr << "memsnap report: " << e << "\n";
+    return 1;
+  }
+
+  // Per-rank pages: rank r is drawn by aggregator rank r % size.
+  std::vector<WindowDigest> digests;
+  const std::string tmpl = filename_template(info);
+  try {
+    for (const auto& r : info.ranks) {
+      if (r.rank % comm->size() != comm->rank() || r.n_windows == 0) continue;
+      const RankRecord record = store->read_rank(r.rank);
+      std::vector<std::string> names;
+      for (const auto& w : record.windows) names.push_back(page_name(tmpl, info.run_name, r, info.world_size, w.batch_end));
+      for (std::size_t i = 0; i < record.windows.size(); ++i) {
+        const WindowRecord& w = record.windows[i];
+        const WindowStats stats = analyse_window(record, w);
+        const json links = {{"index", "index.html"},
+                            {"prev", i > 0 ? json(names[i - 1]) : json(nullptr)},
+                            {"next", i + 1 < names.size() ? json(names[i + 1]) : json(nullptr)}};
+        WindowDigest digest;
+        digest.page = names[i];
+        const json data = rank_page_data(record, w, stats, info.run_name, info.world_size, options.max_bands, links, &digest);
+        write_whole(join_inside(out_dir, names[i]), report::render_rank_page(data));
+        digests.push_back(std::move(digest));
+      }
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (std::string e = agree(); !e.empty()) {
+    if (root) std::cerr << "memsnap report: " << e << "\n";
+    return 1;
+  }
+
+  json mine = json::array();
+  for (const auto& d : digests) mine.push_back(digest_to_json(d));
+  const std::string text = mine.dump();
+  auto gathered = mpi::gather_bytes(*comm, std::vector<char>(text.begin(), text.end()), 0);
+
+  int code = 0;
+  if (root) {
+    try {
+      std::vector<WindowDigest> all;
+      for (const auto& part : gathered) {
+        for (const auto& j : json::parse(part.begin(), part.end())) all.push_back(digest_from_json(j));
+      }
+      const CrossRankResult cross = cross_rank_analysis(info, store->sites(), all);
+      write_whole(out_dir / "index.html", report::render_cross_page(cross.page));
+      json summary = store_info_json(*store);
+      for (const auto& [k, v] : cross.summary_json.items()) summary[k] = v;
+      summary["format_version"] = kFormatVersion;
+      write_whole(out_dir / "summary.json", summary.dump(2) + "\n");
+      if (!options.quiet) {
+        std::cout << "memsnap report: " << all.size() << " window pages and the cross-rank page in " << out_dir.string()
+                  << "\n  open " << (out_dir / "index.html").string() << "\n";
+        for (const auto& f : cross.summary_json["findings"]) std::cout << "  finding: " << f["detail"].get<std::string>() << "\n";
+      }
+      if (options.fail_on_imbalance && cross.peak_max_over_median - 1.0 > *options.fail_on_imbalance) {
+        std::cerr << "memsnap report: memory imbalance " << cross.peak_max_over_median - 1.0
+                  << " (max/median peak - 1) is over --fail-on-imbalance " << *options.fail_on_imbalance << "\n";
+        code = 3;
+      }
+    } catch (const std::exception& e) {
+      std::cerr << "memsnap report: " << e.what() << "\n";
+      code = 1;
+    }
+  }
+  MPI_Bcast(&code, 1, MPI_INT, 0, comm->get());
+  return code;
+}
+
+}  // namespace memsnap
