@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # Sets up (if needed), builds, and runs the built-in 4-rank demo: an FSDP-like CPU workload under
-# mpirun with one rank that keeps a module unsharded, one that leaks, and one that spikes.
+# mpirun, recorded by memsnap, gathered into one HDF5 store and rendered as HTML.
+# Planted: rank 1 keeps a module unsharded, rank 2 leaks a buffer every batch, rank 3 gets a 4x
+# longer sequence on batch 6. The report names all three.
+#   ci/demo.sh [OUT_DIR]      (default: out/demo)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 bash "$MEMSNAP_ROOT/ci/setup.sh"
+echo "== building memsnap (first time: a few minutes)"
 memsnap_build >/dev/null
 
-out="${1:-$MEMSNAP_ROOT/out/demo}"
-rm -rf "$out"
+out="$(realpath -m "${1:-$MEMSNAP_ROOT/out/demo}")"
 mkdir -p "$out"
 export MEMSNAP_FOLDER="$out"
-echo "== 4 ranks of fsdp_sim under mpirun, recorded by memsnap"
-mpirun -np 4 "$MEMSNAP_BUILD/bin/fsdp_sim" --config "$MEMSNAP_ROOT/launchers/examples/demo.yaml" \
-  --batches 8 --unsharded-rank 1 --leak-rank 2 --spike 3:6
+echo "== mpirun -np 4 memsnap run -- fsdp_sim   (records every rank, then gathers and reports)"
+mpirun -np 4 "$MEMSNAP_BUILD/bin/memsnap" run --config "$MEMSNAP_ROOT/launchers/examples/demo.yaml" -- \
+  "$MEMSNAP_BUILD/bin/fsdp_sim" --batches 8 --unsharded-rank 1 --leak-rank 2 --spike 3:6
 echo
-echo "== what each rank recorded"
-"$MEMSNAP_BUILD/bin/memsnap" info "$out"
+echo "== memsnap info $out/memsnap.h5"
+"$MEMSNAP_BUILD/bin/memsnap" info "$out/memsnap.h5"
 echo
-echo "spill files: $out/spill/"
+echo "spills:  $out/spill/"
+echo "store:   $out/memsnap.h5"
+echo "report:  $out/report/index.html   (open it in a browser; it needs no network)"

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../../aggregator/src/mpi_util.hpp"
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
 #include "memsnap/launch_env.hpp"
@@ -216,7 +217,7 @@ int run_main(const RunOptions& o) {
   {
     const json j = {{"rank", ex.rank}, {"pid", ex.pid}, {"exit_code", ex.exit_code}, {"signal", ex.signal},
                     {"core_dumped", ex.core_dumped}, {"how", ex.how}, {"used_mpi", ex.used_mpi},
-                    {"seconds", ex.seconds}, {"command", ex.command}, {"host", launch.launcher}};
+                    {"seconds", ex.seconds}, {"command", ex.command}, {"launcher", launch.launcher}};
     const fs::path p = exit_record_path(spill_dir, rank);
     const fs::path tmp = p.string() + ".tmp";
     std::ofstream(tmp) << j.dump(2) << "\n";
@@ -248,6 +249,13 @@ int run_main(const RunOptions& o) {
     ao.overwrite = config.overwrite;
     ao.keep_going = true;
     if (!missing.empty()) say(rank, std::to_string(missing.size()) + " rank(s) did not finish in time; they are marked in the store");
+    std::unique_ptr<mpi::Session> session;
+    try {
+      session = std::make_unique<mpi::Session>();
+    } catch (const std::exception& e) {
+      say(rank, e.what());
+      return code;
+    }
     if (aggregate_main(ao) != 0) return code;
     if (o.report) {
       ReportOptions ro;
@@ -275,6 +283,14 @@ int run_main(const RunOptions& o) {
   }
   if (!in_slot) {
     if (rank == 0) say(rank, "recorded in " + spill_dir.string() + " (" + why + "); to see it: " + follow_up);
+    return code;
+  }
+  // One MPI session for both stages (each would otherwise finalise it behind the other).
+  std::unique_ptr<mpi::Session> session;
+  try {
+    session = std::make_unique<mpi::Session>();
+  } catch (const std::exception& e) {
+    say(rank, std::string(e.what()) + "; to see the record: " + follow_up);
     return code;
   }
   AggregateOptions ao;
