@@ -1,0 +1,213 @@
+// The memsnap command as a user runs it: real mpirun, real HDF5, real Chromium.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+namespace memsnap {
+namespace {
+
+using nlohmann::json;
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  const std::string full = "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; " + cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+const std::string kMemsnap = MEMSNAP_CLI;
+const std::string kSim = MEMSNAP_FSDP_SIM;
+const std::string kMpirun = std::string(MEMSNAP_MPIRUN) + " --oversubscribe";
+
+json read_json(const std::filesystem::path& p) { return json::parse(test::read_file(p)); }
+
+std::vector<std::pair<std::string, int>> findings_of(const json& summary) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& f : summary["findings"]) out.emplace_back(f["kind"], f["rank"]);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The whole pipeline under mpirun: record, gather in the same slots, report, names the planted ranks.
+TEST(Cli, RunUnderMpirunRecordsGathersAndNamesThePlantedRanks) {
+  test::TempDir dir;
+  test::write_file(dir / "m.yaml", "run_name: t\nfolder: " + (dir / "run").string() + "\nrepeat: 1\nstacks: native\n");
+  const auto r = sh(kMpirun + " -np 4 " + kMemsnap + " run --config " + (dir / "m.yaml").string() + " -- " + kSim +
+                    " --step-us 0 --batches 8 --layers 4 --hidden 512 --unsharded-rank 1 --leak-rank 2 --leak-mib 16 --spike 3:6");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("index.html"), std::string::npos) << r.out;
+  ASSERT_TRUE(std::filesystem::exists(dir / "run/memsnap.h5")) << r.out;
+  const json summary = read_json(dir / "run/report/summary.json");
+  EXPECT_EQ(summary["format_version"], 1);
+  const std::vector<std::pair<std::string, int>> expected = {{"leak", 2}, {"shard_imbalance", 1}, {"spike", 3}};
+  EXPECT_EQ(findings_of(summary), expected) << summary["findings"].dump(2);
+  for (const auto& f : summary["findings"]) {
+    if (f["kind"] == "leak") EXPECT_EQ(f["bytes"], 16u << 20) << "per batch";
+    if (f["kind"] == "shard_imbalance") EXPECT_EQ(f["bytes"], 12ull * 512 * 512 * 2 * 3 / 4) << "3/4 of layer 0";
+    if (f["kind"] == "spike") EXPECT_EQ(f["batch"], 6);
+    EXPECT_TRUE(f["site"].is_string()) << f.dump();
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    const json exit = read_json(dir / ("run/spill/rank" + std::to_string(rank) + ".exit.json"));
+    EXPECT_EQ(exit["exit_code"], 0);
+    EXPECT_EQ(exit["used_mpi"], "no");
+    EXPECT_TRUE(std::filesystem::exists(dir / ("run/report/rank" + std::to_string(rank) + ".4.pt.trace.memory_snapshot.html")));
+  }
+  // The same store through info --json: four ranks, two windows each.
+  const auto info = sh(kMemsnap + " info --json " + (dir / "run/memsnap.h5").string());
+  ASSERT_EQ(info.code, 0) << info.out;
+  const json j = json::parse(info.out);
+  ASSERT_EQ(j["ranks"].size(), 4u);
+  EXPECT_EQ(j["ranks"][2]["windows"].size(), 2u);
+  EXPECT_EQ(j["ranks"][2]["windows"][0]["batch"], 4);
+
+  // The real page in a real browser: it renders, and lists the three findings.
+  const auto dom = sh("chromium --headless=new --no-sandbox --disable-gpu --virtual-time-budget=10000 --dump-dom file://" +
+                      (dir / "run/report/index.html").string());
+  ASSERT_EQ(dom.code, 0) << "chromium is needed for this test (ci/setup.sh installs it): " << dom.out;
+  EXPECT_NE(dom.out.find("data-ready=\"1\""), std::string::npos) << dom.out.substr(0, 2000);
+  EXPECT_EQ(dom.out.find("data-error=\""), std::string::npos) << "a script error on the page";
+  for (const char* text : {"leak", "shard imbalance", "spike"}) EXPECT_NE(dom.out.find(text), std::string::npos) << text;
+}
+
+TEST(Cli, RunReturnsTheChildsExitCodeAndRecordsHowItEnded) {
+  test::TempDir dir;
+  const std::string env = "MEMSNAP_FOLDER=" + (dir / "run").string() + " ";
+  auto r = sh(env + kMemsnap + " run --no-aggregate -- sh -c 'exit 7'");
+  EXPECT_EQ(r.code, 7) << r.out;
+  EXPECT_EQ(read_json(dir / "run/spill/rank0.exit.json")["exit_code"], 7);
+  r = sh(env + kMemsnap + " run --no-aggregate -- sh -c 'kill -9 $$'");
+  EXPECT_EQ(r.code, 128 + 9) << r.out;
+  const json exit = read_json(dir / "run/spill/rank0.exit.json");
+  EXPECT_EQ(exit["signal"], 9);
+  EXPECT_NE(exit["how"].get<std::string>().find("SIGKILL"), std::string::npos);
+  r = sh(env + kMemsnap + " run -- /nonexistent/train");
+  EXPECT_EQ(r.code, 127) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent/train"), std::string::npos);
+}
+
+TEST(Cli, BadConfigRunsTheJobUnrecordedWithOneLine) {
+  test::TempDir dir;
+  test::write_file(dir / "bad.yaml", "interval: often\n");
+  const auto r = sh("MEMSNAP_FOLDER=" + (dir / "run").string() + " " + kMemsnap + " run --config " +
+                    (dir / "bad.yaml").string() + " -- sh -c 'echo trained; exit 0'");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("trained"), std::string::npos);
+  EXPECT_NE(r.out.find("'interval'"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << "the job's line and memsnap's one line: " << r.out;
+}
+
+TEST(Cli, TorchrunStyleRanksGatherWhenDone) {
+  // Two ranks as torchrun starts them: no MPI, RANK/WORLD_SIZE in the environment.
+  test::TempDir dir;
+  const std::string common = "MEMSNAP_FOLDER=" + (dir / "run").string() + " MEMSNAP_RUN_NAME=tr WORLD_SIZE=2 ";
+  const std::string cmd = " " + kMemsnap + " run --aggregate-when-done --wait 60 -- " + kSim + " --step-us 0 --batches 5 --layers 2 --hidden 256";
+  const auto r = sh("(" + common + "RANK=1 LOCAL_RANK=1" + cmd + " & " + common + "RANK=0 LOCAL_RANK=0" + cmd + "; wait)");
+  EXPECT_EQ(r.code, 0) << r.out;
+  ASSERT_TRUE(std::filesystem::exists(dir / "run/report/summary.json")) << r.out;
+  const json summary = read_json(dir / "run/report/summary.json");
+  EXPECT_EQ(summary["ranks"].size(), 2u);
+  EXPECT_TRUE(summary["findings"].empty()) << "identical ranks have no findings: " << summary["findings"].dump();
+}
+
+TEST(Cli, ReportGatesOnImbalanceAndNeverClobbers) {
+  test::TempDir dir;
+  test::write_file(dir / "m.yaml", "run_name: t\nfolder: " + (dir / "run").string() + "\n");
+  auto r = sh(kMpirun + " -np 2 " + kMemsnap + " run --no-aggregate --config " + (dir / "m.yaml").string() + " -- " + kSim +
+              " --step-us 0 --batches 5 --layers 2 --hidden 256 --leak-rank 1 --leak-mib 256");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = sh(kMemsnap + " aggregate " + (dir / "run").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string store = (dir / "run/memsnap.h5").string();
+  r = sh(kMemsnap + " report " + store + " --fail-on-imbalance 0.01");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("--fail-on-imbalance"), std::string::npos);
+  const std::string before = test::read_file(dir / "run/report/index.html");
+  r = sh(kMemsnap + " report " + store);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--overwrite"), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_file(dir / "run/report/index.html"), before);
+  r = sh(kMemsnap + " report " + store + " --overwrite --fail-on-imbalance 10");
+  EXPECT_EQ(r.code, 0) << r.out;
+  // Under mpirun the ranks share the pages; the result is the same report.
+  r = sh(kMpirun + " -np 2 " + kMemsnap + " report " + store + " -o " + (dir / "r2").string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read_json(dir / "r2/summary.json")["findings"], read_json(dir / "run/report/summary.json")["findings"]);
+  EXPECT_TRUE(std::filesystem::exists(dir / "r2/rank1.4.pt.trace.memory_snapshot.html"));
+}
+
+TEST(Cli, ImportReportAndExportPyTorchSnapshots) {
+  test::TempDir dir;
+  const std::string data = MEMSNAP_TEST_DATA;
+  std::filesystem::copy_file(data + "/torch-2.11/snap_native.pickle", dir / "rank0.5.pt.trace.memory_snapshot.pickle");
+  std::filesystem::copy_file(data + "/torch-2.11/snap_exp.pickle", dir / "rank1.5.pt.trace.memory_snapshot.pickle");
+  std::filesystem::copy_file(data + "/torch-2.11/snap_oom.pickle", dir / "rank2.5.pt.trace.memory_snapshot.pickle");
+  const std::string store = (dir / "t.h5").string();
+  auto r = sh(kMemsnap + " import " + (dir / "rank0.5.pt.trace.memory_snapshot.pickle").string() + " " +
+              (dir / "rank1.5.pt.trace.memory_snapshot.pickle").string() + " " +
+              (dir / "rank2.5.pt.trace.memory_snapshot.pickle").string() + " -o " + store);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = sh(kMemsnap + " report " + store);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json summary = read_json(dir / "report/summary.json");
+  bool oom = false;
+  for (const auto& f : summary["findings"]) oom |= f["kind"] == "oom" && f["rank"] == 2;
+  EXPECT_TRUE(oom) << summary["findings"].dump();
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 5 --format torch -o " + (dir / "back.pickle").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Python's own pickle reads it back with the same segments and trace length as the original.
+  r = sh("python3 -c \"import pickle,sys; a=pickle.load(open(sys.argv[1],'rb')); b=pickle.load(open(sys.argv[2],'rb')); "
+         "print(len(a['segments'])==len(b['segments']) and sum(map(len,a['device_traces']))==sum(map(len,b['device_traces'])))\" " +
+         (dir / "back.pickle").string() + " " + data + "/torch-2.11/snap_native.pickle");
+  EXPECT_EQ(r.out, "True\n");
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 5 --format torch -o " + (dir / "back.pickle").string());
+  EXPECT_EQ(r.code, 1) << "an existing file is not replaced";
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 99 -o " + (dir / "x.pickle").string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("has: 5"), std::string::npos) << r.out;
+}
+
+TEST(Cli, BadInputIsOneLineAndANonZeroExit) {
+  test::TempDir dir;
+  // A pickle that would import code.
+  test::write_file(dir / "rank0.1.pickle", std::string("\x80\x04\x63os\nsystem\n", 12));
+  auto r = sh(kMemsnap + " import " + (dir / "rank0.1.pickle").string() + " -o " + (dir / "s.h5").string());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("GLOBAL"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "s.h5"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "s.h5.d"));
+  // Unknown option, missing argument, not a store.
+  r = sh(kMemsnap + " report --bogus x");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  r = sh(kMemsnap + " info");
+  EXPECT_EQ(r.code, 2);
+  test::write_file(dir / "fake.h5", "not hdf5");
+  r = sh(kMemsnap + " report " + (dir / "fake.h5").string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("fake.h5"), std::string::npos) << r.out;
+  r = sh(kMemsnap + " import " + (dir / "rank0.1.pickle").string() + " -o " + (dir / "s.h5").string() + " --template 'r{rank}'");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("template"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace memsnap
