@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -617,7 +619,7 @@ class Progress {
     if (!m_on || m_comm.rank() != 0) return;
     drain(true);
     print();
-    std::fputc('\n', stderr);
+    if (m_inplace) std::fputc('\n', stderr);
   }
 
  private:
@@ -635,14 +637,28 @@ class Progress {
       if (wait) print();
     }
   }
+  // On a terminal the line updates in place; elsewhere (mpirun hands its ranks a pipe for stderr)
+  // a plain line at most every 5 s and at the end, readable in a log.
   void print() {
-    std::fprintf(stderr, "\rmemsnap aggregate: %zu/%zu ranks done", m_done, m_total);
+    if (m_inplace) {
+      std::fprintf(stderr, "\rmemsnap aggregate: %zu/%zu ranks done", m_done, m_total);
+    } else {
+      const auto now = std::chrono::steady_clock::now();
+      if (m_done < m_total && now - m_last < std::chrono::seconds(5)) return;
+      if (m_done == m_total && m_printed_total) return;
+      m_last = now;
+      m_printed_total = m_done == m_total;
+      std::fprintf(stderr, "memsnap aggregate: %zu/%zu ranks done\n", m_done, m_total);
+    }
     std::fflush(stderr);
   }
   const mpi::Comm& m_comm;
   bool m_on;
   std::size_t m_total;
   std::size_t m_done = 0;
+  bool m_inplace = ::isatty(STDERR_FILENO) != 0;
+  bool m_printed_total = false;
+  std::chrono::steady_clock::time_point m_last{};
 };
 
 struct CoreOptions {
@@ -710,17 +726,17 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
         for (std::uint64_t i = 0; i < n; ++i) all.push_back(decode_item(d));
       }
       if (!fatals.empty()) {
-        headline = fatals.front() + "; nothing was written";
-        details.assign(fatals.begin() + 1, fatals.end());
-        throw AggregateError(headline);
+        throw AggregateError(fatals.front() + "; nothing was written",
+                             std::vector<std::string>(fatals.begin() + 1, fatals.end()));
       }
       const fs::path data_dir = plan.tmp / store_data_dir(plan.output).filename();
       Resolution res = resolve(std::move(all), store_data_dir(plan.output).filename().string());
-      if (res.world_size == 0) throw AggregateError("no spill could be read; nothing was written");
+      if (res.world_size == 0) throw AggregateError("no spill could be read; nothing was written", res.problems);
       if (!res.problems.empty() && !o.keep_going) {
-        details = res.problems;
         throw AggregateError(std::to_string(res.problems.size()) + " problem" + (res.problems.size() > 1 ? "s" : "") +
-                             " (" + headline_counts(res) + "); nothing was written: rerun with --keep-going to write the store with them marked");
+                                 " (" + headline_counts(res) +
+                                 "); nothing was written: rerun with --keep-going to write the store with them marked",
+                             res.problems);
       }
       std::ostream& log = o.log != nullptr ? *o.log : std::cerr;
       for (const auto& p : res.problems) log << o.verb << ": warning: " << p << "\n";
@@ -739,9 +755,12 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
       write_root_file(plan.tmp / plan.output.filename(), index);
       install_store(plan, o.overwrite);
       fs::remove_all(plan.tmp, ec);
+    } catch (const AggregateError& e) {
+      headline = e.what();
+      details = e.details();
+      fs::remove_all(plan.tmp, ec);
     } catch (const std::exception& e) {
-      if (headline.empty() || details.empty()) headline = e.what();
-      if (const auto* ae = dynamic_cast<const AggregateError*>(&e); ae != nullptr && details.empty()) details = ae->details();
+      headline = e.what();
       fs::remove_all(plan.tmp, ec);
     }
   }
@@ -799,7 +818,7 @@ int aggregate(const AggregateOptions& options, MPI_Comm parent) {
     if (plan.error.empty()) {
       plan.error = prepare_output(plan, options.output.empty() ? run_dir / kDefaultStoreName : options.output, options.overwrite);
     }
-    plan.progress = options.progress && ::isatty(STDERR_FILENO) != 0;
+    plan.progress = options.progress;
   }
   plan = share_plan(comm, std::move(plan));
 
@@ -841,6 +860,7 @@ struct InJobWriter::Impl {
   mpi::Comm comm;
   InJobOptions options;
   Impl(MPI_Comm c, InJobOptions o) : comm(c), options(std::move(o)) {}
+  void run(std::vector<ItemInput>& mine);
 };
 
 InJobWriter::InJobWriter(MPI_Comm comm, InJobOptions options) {
@@ -853,43 +873,33 @@ InJobWriter::InJobWriter(MPI_Comm comm, InJobOptions options) {
 InJobWriter::~InJobWriter() = default;
 
 void InJobWriter::write(const RankRecord* record) {
-  h5::QuietErrors quiet;
-  const mpi::Comm& comm = m_impl->comm;
-  Plan plan;
-  if (comm.rank() == 0) {
-    plan.error = m_impl->options.output.empty() ? "no output store given"
-                                                : prepare_output(plan, m_impl->options.output, m_impl->options.overwrite);
-  }
-  plan = share_plan(comm, std::move(plan));
   std::vector<ItemInput> mine;
-  if (record != nullptr) mine.push_back(ItemInput{static_cast<std::uint32_t>(comm.rank()), {}, record});
-  CoreOptions o;
-  o.keep_going = m_impl->options.keep_going;
-  o.overwrite = m_impl->options.overwrite;
-  o.top_sites = m_impl->options.top_sites;
-  o.deflate = m_impl->options.deflate;
-  o.verb = "memsnap";
-  run_collective(comm, plan, mine, 0, o);
+  if (record != nullptr) mine.push_back(ItemInput{0, {}, record});
+  m_impl->run(mine);
 }
 
 void InJobWriter::write_spill(const std::filesystem::path& spill) {
-  // Reading happens inside the collective (as an item), so a bad spill is a marked rank, not
-  // a rank that throws before the others.
+  // The spill is read inside the collective (as an item), so a bad spill is a marked rank,
+  // not a rank that throws while the others wait.
+  std::vector<ItemInput> mine;
+  if (!spill.empty()) mine.push_back(ItemInput{0, spill, nullptr});
+  m_impl->run(mine);
+}
+
+void InJobWriter::Impl::run(std::vector<ItemInput>& mine) {
   h5::QuietErrors quiet;
-  const mpi::Comm& comm = m_impl->comm;
+  const InJobOptions& opt = options;
   Plan plan;
   if (comm.rank() == 0) {
-    plan.error = m_impl->options.output.empty() ? "no output store given"
-                                                : prepare_output(plan, m_impl->options.output, m_impl->options.overwrite);
+    plan.error = opt.output.empty() ? "no output store given" : prepare_output(plan, opt.output, opt.overwrite);
   }
   plan = share_plan(comm, std::move(plan));
-  std::vector<ItemInput> mine;
-  if (!spill.empty()) mine.push_back(ItemInput{static_cast<std::uint32_t>(comm.rank()), spill, nullptr});
+  for (auto& in : mine) in.index = static_cast<std::uint32_t>(comm.rank());
   CoreOptions o;
-  o.keep_going = m_impl->options.keep_going;
-  o.overwrite = m_impl->options.overwrite;
-  o.top_sites = m_impl->options.top_sites;
-  o.deflate = m_impl->options.deflate;
+  o.keep_going = opt.keep_going;
+  o.overwrite = opt.overwrite;
+  o.top_sites = opt.top_sites;
+  o.deflate = opt.deflate;
   o.verb = "memsnap";
   run_collective(comm, plan, mine, 0, o);
 }
@@ -957,7 +967,8 @@ nlohmann::json store_info_json(const StoreReader& store) {
 nlohmann::json spill_info_json(const std::filesystem::path& run_dir) {
   std::error_code ec;
   if (!fs::is_directory(run_dir, ec)) throw Error(run_dir.string() + ": no such folder");
-  const auto spills = find_spills(run_dir);
+  // Absolute names, as the aggregator records them, so both summaries say the same.
+  const auto spills = find_spills(fs::absolute(run_dir, ec).lexically_normal());
   if (spills.empty()) throw Error(run_dir.string() + ": no spill files (looked for spill/*.spill and *.spill)");
   std::vector<ItemResult> items;
   ProcessOptions po;  // analyse only

@@ -9,10 +9,6 @@
 namespace memsnap {
 namespace {
 
-std::uint64_t key_of(int device, std::uint64_t addr) {
-  return addr ^ (static_cast<std::uint64_t>(static_cast<std::uint16_t>(device + 1)) << 48);
-}
-
 bool contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
 
 // Frames that say how memory was allocated rather than who wanted it.
@@ -99,6 +95,15 @@ Category categorize(const RankRecord& rank, std::uint32_t stack_id) {
   return Category::other;
 }
 
+Action free_action(const WindowRecord& w) {
+  for (const auto& e : w.events) {
+    if (e.action == Action::free_completed) return Action::free_completed;
+  }
+  bool requested = false;
+  for (const auto& e : w.events) requested |= e.action == Action::free_requested;
+  return requested ? Action::free_requested : Action::free_completed;
+}
+
 WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const AnalysisOptions& options) {
   WindowStats s;
   s.batch_start = w.batch_start;
@@ -108,15 +113,7 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
   s.oom = w.oom;
   s.status = w.status;
 
-  // A source that never reports free_completed (only free_requested) frees at the request.
-  bool has_completed = false;
-  for (const auto& e : w.events) {
-    if (e.action == Action::free_completed) {
-      has_completed = true;
-      break;
-    }
-  }
-  const Action free_action = has_completed ? Action::free_completed : Action::free_requested;
+  const Action free_at = free_action(w);
 
   struct Live {
     std::uint64_t size;
@@ -131,13 +128,13 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     allocated = reserved = 0;
     for (const auto& a : w.live_at_start) {
       auto& target = a.is_segment ? segs : live;
-      auto [it, inserted] = target.try_emplace(key_of(a.device, a.addr), Live{a.size, a.stack_id, true});
+      auto [it, inserted] = target.try_emplace(live_key(a.device, a.addr), Live{a.size, a.stack_id, true});
       if (!inserted) continue;
       (a.is_segment ? reserved : allocated) += a.size;
     }
   };
   auto apply = [&](const Event& e) {
-    const auto key = key_of(e.device, e.addr);
+    const auto key = live_key(e.device, e.addr);
     if (e.action == Action::alloc) {
       auto [it, inserted] = live.try_emplace(key, Live{e.size, e.stack_id, false});
       if (!inserted) {
@@ -145,7 +142,7 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
         it->second = Live{e.size, e.stack_id, false};
       }
       allocated += e.size;
-    } else if (e.action == free_action) {
+    } else if (e.action == free_at) {
       if (auto it = live.find(key); it != live.end()) {
         allocated -= it->second.size;
         live.erase(it);

@@ -127,6 +127,17 @@ inline Handle type_handle(hid_t id, const std::string& c) { return {check(id, c)
 inline Handle attr_handle(hid_t id, const std::string& c) { return {check(id, c), H5Aclose}; }
 inline Handle plist_handle(hid_t id, const std::string& c) { return {check(id, c), H5Pclose}; }
 
+/// File access properties for every store file: HDF5 file locking where the file system has it,
+/// and no failure where it does not (NFS, Lustre without flock), instead of "unable to lock file".
+inline Handle file_access() {
+  Handle fapl = plist_handle(H5Pcreate(H5P_FILE_ACCESS), "cannot create file access properties");
+#if H5_VERS_MAJOR > 1 || (H5_VERS_MAJOR == 1 && (H5_VERS_MINOR >= 13 || (H5_VERS_MINOR == 12 && H5_VERS_RELEASE >= 1) || \
+                                                (H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7)))
+  check_status(H5Pset_file_locking(fapl, true, true), "cannot set file locking");
+#endif
+  return fapl;
+}
+
 /// A fixed-length, NUL-terminated UTF-8 string type of `size` bytes (at least 1).
 inline Handle string_type(std::size_t size) {
   Handle t = type_handle(H5Tcopy(H5T_C_S1), "cannot create a string type");

@@ -128,7 +128,8 @@ StoreReader::StoreReader(const std::filesystem::path& path) : m_impl(std::make_u
     H5Eclear2(H5E_DEFAULT);
     throw StoreError(m_impl->c + ": not an HDF5 file");
   }
-  m_impl->file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), m_impl->c + ": cannot open");
+  Handle fapl = h5::file_access();
+  m_impl->file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), m_impl->c + ": cannot open");
   if (!h5::has_attr(m_impl->file, "format") || h5::read_attr_string(m_impl->file, "format", m_impl->c) != kStoreFormat) {
     throw StoreError(m_impl->c + ": an HDF5 file but not a memsnap store (no format=\"memsnap\" attribute)");
   }

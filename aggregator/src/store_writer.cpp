@@ -30,7 +30,8 @@ std::string iso_now() {
 
 Handle create_file(const std::filesystem::path& path) {
   // Exclusive: a store is built under a fresh temporary name and never clobbers a file.
-  return h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT),
+  Handle fapl = h5::file_access();
+  return h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl),
                          path.string() + ": cannot create");
 }
 

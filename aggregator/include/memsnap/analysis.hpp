@@ -67,6 +67,15 @@ struct AnalysisOptions {
   std::size_t top_sites = 32;
 };
 
+// The action that ends an allocation in this window: free_completed, or free_requested for a
+// source that never reports completion.
+Action free_action(const WindowRecord& window);
+
+// Allocation and reservation key: the address on its device.
+inline std::uint64_t live_key(int device, std::uint64_t addr) {
+  return addr ^ (static_cast<std::uint64_t>(static_cast<std::uint16_t>(device + 1)) << 48);
+}
+
 WindowStats analyse_window(const RankRecord& rank, const WindowRecord& window, const AnalysisOptions& options = {});
 
 // The site of a stack: the innermost frame that is not allocator or framework plumbing,

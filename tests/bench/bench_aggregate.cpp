@@ -1,0 +1,99 @@
+// memsnap_bench_aggregate: throughput and memory of aggregation on synthetic spills.
+//
+//   memsnap_bench_aggregate gen DIR RANKS EVENTS     write RANKS spills of EVENTS events each
+//   mpirun -np M memsnap_bench_aggregate run DIR     aggregate DIR/spill into DIR/bench.h5
+//
+// `run` prints events/s, MB/s (spill bytes read per second) and the peak RSS of every
+// aggregator rank (getrusage), which must stay flat as the number of job ranks grows: each
+// aggregator rank holds one spill at a time.
+#include <mpi.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "memsnap/aggregate.hpp"
+#include "spill_gen.hpp"
+
+namespace fs = std::filesystem;
+
+static int gen(const fs::path& dir, int ranks, std::size_t events) {
+  fs::create_directories(dir / "spill");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uintmax_t bytes = 0;
+  for (int r = 0; r < ranks; ++r) {
+    memsnap::test::GenSpec s;
+    s.rank = r;
+    s.world_size = ranks;
+    s.run_name = "bench";
+    s.windows = 1;
+    s.events_per_window = events;
+    s.live_slots = 1024;
+    const auto path = dir / "spill" / memsnap::spill_file_name(r, 1000 + r);
+    if (!memsnap::test::write_spill_file(path, memsnap::test::make_record(s), true)) {
+      std::cerr << "cannot write " << path << "\n";
+      return 1;
+    }
+    bytes += fs::file_size(path);
+  }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("generated %d spills x %zu events, %.1f MB in %.1f s\n", ranks, events, bytes / 1e6, sec);
+  return 0;
+}
+
+static int run(const fs::path& dir) {
+  MPI_Init(nullptr, nullptr);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const fs::path store = dir / "bench.h5";
+  std::uintmax_t bytes = 0;
+  std::size_t spills = 0;
+  for (const auto& f : memsnap::find_spills(dir)) {
+    bytes += fs::file_size(f);
+    ++spills;
+  }
+  memsnap::AggregateOptions o;
+  o.run_dir = dir;
+  o.output = store;
+  o.overwrite = true;
+  if (const char* d = std::getenv("MEMSNAP_BENCH_DEFLATE")) o.deflate = std::atoi(d);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = std::chrono::steady_clock::now();
+  int rc = 0;
+  try {
+    memsnap::aggregate(o, MPI_COMM_WORLD);
+  } catch (const memsnap::Error& e) {
+    if (rank == 0) std::cerr << "bench: " << e.what() << "\n";
+    rc = 1;
+  }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  long rss_kb = ru.ru_maxrss;
+  std::vector<long> all(static_cast<std::size_t>(size));
+  MPI_Gather(&rss_kb, 1, MPI_LONG, all.data(), 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  if (rank == 0 && rc == 0) {
+    std::uint64_t events = 0;
+    for (const auto& row : memsnap::StoreReader(store).summary()) events += row.n_events;
+    std::uintmax_t out_bytes = fs::file_size(store);
+    for (const auto& f : fs::directory_iterator(memsnap::store_data_dir(store))) out_bytes += fs::file_size(f.path());
+    std::printf("np=%d spills=%zu events=%llu in=%.1f MB out=%.1f MB time=%.2f s  %.2f Mevents/s  %.1f MB/s  deflate=%d\n",
+                size, spills, static_cast<unsigned long long>(events), bytes / 1e6, out_bytes / 1e6, sec,
+                events / sec / 1e6, bytes / sec / 1e6, o.deflate);
+    for (int r = 0; r < size; ++r) std::printf("  aggregator rank %d: peak RSS %.1f MiB\n", r, all[r] / 1024.0);
+  }
+  MPI_Finalize();
+  return rc;
+}
+
+int main(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "gen" && argc == 5) return gen(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+  if (cmd == "run" && argc == 3) return run(argv[2]);
+  std::cerr << "usage: " << argv[0] << " gen DIR RANKS EVENTS | run DIR\n";
+  return 2;
+}
