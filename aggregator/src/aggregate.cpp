@@ -259,7 +259,6 @@ int rank_from_file_name(const std::string& name) {
 }
 
 // A spill cut before its META record leaves the defaults in RankMeta.
-bool meta_present(const RankMeta& m) { return !(m.host.empty() && m.pid == 0 && m.run_name.empty() && m.config_json.empty()); }
 
 std::string part_file_name(std::uint32_t index) { return "part" + std::to_string(index) + ".h5"; }
 std::string rank_file_name(int rank) { return "rank" + std::to_string(rank) + ".h5"; }
@@ -304,7 +303,7 @@ ItemResult process_item(const ItemInput& in, const ProcessOptions& o) {
   }
   it.loaded = true;
   const RankRecord& r = *rec;
-  const bool has_meta = rec == in.record || meta_present(r.meta);
+  const bool has_meta = rec == in.record || r.has_meta;
   if (has_meta) it.rank = r.meta.rank < 0 ? -1 : r.meta.rank;
   it.meta = r.meta;
   it.meta.device_total_bytes.clear();

@@ -309,6 +309,7 @@ void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& o
   switch (type) {
     case SpillRecord::meta:
       out.meta = meta_from_json(std::string(payload.begin(), payload.end()));
+      out.has_meta = true;
       break;
     case SpillRecord::frames: {
       const auto first = d.get<std::uint32_t>();

@@ -63,6 +63,7 @@ struct RankRecord {
   RecordStatus status = RecordStatus::ok;
   std::string status_detail;   // human words for a non-ok status ("stops at byte 1234: ...")
   std::string path;            // file it was read from
+  bool has_meta = false;       // the META record was read (else meta holds defaults)
   bool ended = false;          // the process shut down cleanly (the END record)
   bool used_mpi = false;       // the process had initialised MPI itself (from the END record)
 };
