@@ -347,5 +347,48 @@ TEST(Recorder, ForkChildRecordsNothing) {
   EXPECT_EQ(rec.windows[0].events.size(), 1u) << "the child's event is not in the parent's record";
 }
 
+TEST(Recorder, ProcessKilledMidWindowLeavesEveryFlushedBatch) {
+  test::TempDir dir;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    Config c = config_in(dir);
+    c.skip_batches = 0;
+    c.interval = 1000;  // the window is still open when the kill comes
+    Recorder r;
+    if (!r.start(c, LaunchInfo{})) _exit(2);
+    for (int b = 0;; ++b) {
+      for (int i = 0; i < 100; ++i) r.record_alloc(0, (std::uint64_t(b) << 20) + i * 64, 64, 0);
+      r.step();
+      if (b == 4) {
+        char x = 'x';
+        (void)!write(ready[1], &x, 1);
+      }
+      if (b >= 4) usleep(1000);
+    }
+  }
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  usleep(10000);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const RankRecord rec = only_spill(dir);
+  EXPECT_EQ(rec.status, RecordStatus::truncated) << rec.status_detail;
+  ASSERT_EQ(rec.windows.size(), 1u);
+  const auto& w = rec.windows[0];
+  EXPECT_FALSE(w.closed);
+  EXPECT_EQ(w.status, RecordStatus::truncated);
+  // Every batch stepped before the kill is there, whole and in order.
+  ASSERT_GE(w.events.size(), 500u);
+  EXPECT_EQ(w.events.size() % 100, 0u) << "batches are flushed whole";
+  for (std::size_t i = 0; i < w.events.size(); ++i) {
+    EXPECT_EQ(w.events[i].addr, ((i / 100) << 20) + (i % 100) * 64) << i;
+  }
+  EXPECT_GE(w.batches.size(), 5u);
+}
+
 }  // namespace
 }  // namespace memsnap

@@ -1,0 +1,73 @@
+"""Step time of a PyTorch training loop with and without memsnap's CUPTI capture (GPU benchmark).
+
+One mode per process (tests/gpu/run.sh runs them in turn and compares):
+  --mode plain   no recording in this script; memsnap is on when run.sh sets CUDA_INJECTION64_PATH
+  --mode torch   torch.cuda.memory._record_memory_history (PyTorch's own recorder)
+A 12-layer bf16 transformer, NVTX range "step" around each batch, `--warmup` untimed then
+`--steps` timed batches; prints one JSON line with the median and p90 ms per step.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["plain", "torch"], default="plain")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    layer = nn.TransformerEncoderLayer(args.width, 16, 4 * args.width, batch_first=True)
+    model = nn.TransformerEncoder(layer, args.layers, enable_nested_tensor=False).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if args.mode == "torch":
+        torch.cuda.memory._record_memory_history(max_entries=100000)
+    times = []
+    allocs_before = 0
+    for i in range(args.warmup + args.steps):
+        if i == args.warmup:
+            allocs_before = torch.cuda.memory_stats().get("allocation.all.allocated", 0)
+        torch.cuda.nvtx.range_push("step")
+        t0 = time.perf_counter()
+        x = torch.randn(args.batch, args.seq, args.width, device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+        torch.cuda.nvtx.range_pop()
+    timed = times[args.warmup:]
+    allocs = torch.cuda.memory_stats().get("allocation.all.allocated", 0) - allocs_before
+    out = {
+        "label": args.label or args.mode,
+        "mode": args.mode,
+        "backend": torch.cuda.get_allocator_backend(),
+        "median_ms": round(statistics.median(timed), 3),
+        "p90_ms": round(sorted(timed)[int(0.9 * (len(timed) - 1))], 3),
+        "steps": len(timed),
+        "allocs_per_step": round(allocs / max(len(timed), 1), 1),
+    }
+    line = json.dumps(out)
+    print("bench:", line)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

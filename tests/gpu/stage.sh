@@ -1,0 +1,22 @@
+#!/bin/bash
+# Stages what tests/gpu/run.sh needs on the GPU machine into .carry/ (ignored by git): the built
+# memsnap, libmemsnap, libmemsnap_cupti and spill_dump (stripped copies, to fit the 64 MiB that
+# travels), and the Debian shared libraries that machine lacks (HDF5 with Open MPI, yaml-cpp,
+# libdw/libelf, szip). libmpi is not carried: the GPU machine has the same libmpi.so.40 ABI.
+#   tests/gpu/stage.sh [BUILD_DIR]      (default build-cupti), then run with carry: [".carry"]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build-cupti}
+carry=$root/.carry
+mkdir -p "$carry/bin" "$carry/lib" "$carry/deps" "$carry/debs"
+for f in bin/memsnap bin/spill_dump; do strip -o "$carry/bin/$(basename $f)" "$build/$f"; done
+strip --strip-debug -o "$carry/lib/libmemsnap.so.0" "$build/lib/libmemsnap.so.0"
+strip --strip-debug -o "$carry/lib/libmemsnap_cupti.so" "$build/lib/libmemsnap_cupti.so"
+ln -sf libmemsnap.so.0 "$carry/lib/libmemsnap.so"
+cd "$carry/debs"
+ls *.deb >/dev/null 2>&1 || apt-get download libhdf5-openmpi-103-1 libyaml-cpp0.7 libsz2 libaec0 libdw1 libelf1
+tmp=$(mktemp -d)
+for d in *.deb; do dpkg -x "$d" "$tmp"; done
+find "$tmp" \( -name '*.so.*' -o -name '*.so' \) \( -type f -o -type l \) -exec cp -a {} "$carry/deps/" \;
+rm -rf "$tmp"
+du -sh "$carry"

@@ -1,0 +1,144 @@
+// Cross-rank findings from summary rows: each rule fires on the rank that differs, and only there.
+#include <gtest/gtest.h>
+
+#include "memsnap/report.hpp"
+
+namespace memsnap {
+namespace {
+
+constexpr std::uint64_t MiB = 1024 * 1024;
+
+struct FakeRun {
+  StoreInfo info;
+  std::vector<SiteRow> sites;
+  std::vector<WindowDigest> digests;
+
+  explicit FakeRun(int ranks) {
+    info.run_name = "t";
+    info.world_size = ranks;
+    for (int r = 0; r < ranks; ++r) {
+      RankInfo ri;
+      ri.rank = r;
+      ri.n_windows = 1;
+      info.ranks.push_back(ri);
+    }
+  }
+  // One window (batches 2..4) per rank with the given boundary and peak bytes.
+  void window(int rank, std::uint64_t open, std::uint64_t close, std::uint64_t peak, std::vector<std::uint64_t> batch_peaks = {}) {
+    SummaryRow row;
+    row.rank = rank;
+    row.window = 0;
+    row.batch_start = 2;
+    row.batch_end = 4;
+    row.live_at_open = open;
+    row.live_at_close = close;
+    row.persistent = std::min(open, close);
+    row.peak_allocated = row.peak_reserved = peak;
+    info.rows.push_back(row);
+    WindowDigest d;
+    d.rank = rank;
+    d.batch = 4;
+    if (batch_peaks.empty()) batch_peaks = {peak, peak, peak};
+    for (std::size_t i = 0; i < batch_peaks.size(); ++i) {
+      const std::uint64_t live = open + (close - open) * (i + 1) / batch_peaks.size();
+      d.batches.push_back(BatchStat{static_cast<std::int64_t>(2 + i), batch_peaks[i], live});
+    }
+    digests.push_back(d);
+  }
+  nlohmann::json findings() { return cross_rank_analysis(info, sites, digests).summary_json["findings"]; }
+};
+
+std::vector<std::pair<std::string, int>> kinds(const nlohmann::json& findings) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& f : findings) out.emplace_back(f["kind"], f["rank"]);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(CrossRank, IdenticalRanksHaveNoFindings) {
+  FakeRun run(8);
+  for (int r = 0; r < 8; ++r) run.window(r, 100 * MiB, 100 * MiB, 500 * MiB);
+  EXPECT_TRUE(run.findings().empty());
+  const auto result = cross_rank_analysis(run.info, run.sites, run.digests);
+  EXPECT_DOUBLE_EQ(result.peak_max_over_median, 1.0);
+  EXPECT_TRUE(result.summary_json["imbalance"]["outlier_ranks"].empty());
+}
+
+TEST(CrossRank, EachRuleNamesItsRank) {
+  FakeRun run(6);
+  run.window(0, 100 * MiB, 100 * MiB, 500 * MiB);
+  run.window(1, 300 * MiB, 300 * MiB, 700 * MiB);                      // holds 200 MiB more, steadily
+  run.window(2, 100 * MiB, 190 * MiB, 590 * MiB);                      // +30 MiB every batch
+  run.window(3, 100 * MiB, 100 * MiB, 900 * MiB, {500 * MiB, 900 * MiB, 500 * MiB});  // batch 3 only
+  run.window(4, 100 * MiB, 100 * MiB, 500 * MiB);
+  run.window(5, 100 * MiB, 100 * MiB, 500 * MiB);
+  run.info.rows[5].oom = true;
+  run.info.rows[5].oom_requested = 4096 * MiB;
+  const auto f = run.findings();
+  const std::vector<std::pair<std::string, int>> expected = {
+      {"leak", 2}, {"oom", 5}, {"shard_imbalance", 1}, {"spike", 3}};
+  EXPECT_EQ(kinds(f), expected) << f.dump(2);
+  for (const auto& x : f) {
+    if (x["kind"] == "leak") EXPECT_EQ(x["bytes"], 30 * MiB);
+    if (x["kind"] == "shard_imbalance") EXPECT_EQ(x["bytes"], 200 * MiB);
+    if (x["kind"] == "spike") {
+      EXPECT_EQ(x["batch"], 3);
+      // Above batch 3's median over all six ranks: (500 + 590) / 2 = 545 MiB.
+      EXPECT_EQ(x["bytes"], 355 * MiB);
+    }
+    if (x["kind"] == "oom") EXPECT_EQ(x["bytes"], 4096 * MiB);
+  }
+}
+
+TEST(CrossRank, MissingAndTruncatedRanksAreFindings) {
+  FakeRun run(4);
+  run.window(0, MiB, MiB, 10 * MiB);
+  run.window(1, MiB, MiB, 10 * MiB);
+  run.info.ranks[2].status = "missing";
+  run.info.ranks[2].n_windows = 0;
+  run.window(3, MiB, MiB, 10 * MiB);
+  run.info.ranks[3].status = "truncated";
+  run.info.ranks[3].status_detail = "record at byte 4096: the file ends inside a record";
+  const auto f = run.findings();
+  const std::vector<std::pair<std::string, int>> expected = {{"missing", 2}, {"truncated", 3}};
+  EXPECT_EQ(kinds(f), expected) << f.dump(2);
+  EXPECT_NE(f[1]["detail"].get<std::string>().find("byte 4096"), std::string::npos);
+}
+
+TEST(CrossRank, SmallDifferencesAreNotFindings) {
+  FakeRun run(4);
+  run.window(0, 100 * MiB, 100 * MiB, 500 * MiB);
+  run.window(1, 100 * MiB + 512 * 1024, 100 * MiB + 512 * 1024, 500 * MiB);  // half a MiB: noise
+  run.window(2, 100 * MiB, 100 * MiB, 510 * MiB);                           // 2 % peak: noise
+  run.window(3, 100 * MiB, 100 * MiB, 500 * MiB);
+  EXPECT_TRUE(run.findings().empty()) << run.findings().dump(2);
+}
+
+TEST(CrossRank, OutliersAndTheImbalanceRatio) {
+  FakeRun run(5);
+  for (int r = 0; r < 4; ++r) run.window(r, MiB, MiB, 1000 * MiB);
+  run.window(4, MiB, MiB, 1500 * MiB);
+  const auto result = cross_rank_analysis(run.info, run.sites, run.digests);
+  EXPECT_DOUBLE_EQ(result.peak_max_over_median, 1.5);
+  EXPECT_EQ(result.summary_json["imbalance"]["outlier_ranks"], nlohmann::json::array({4}));
+}
+
+TEST(CrossRank, WhereRanksDifferListsTheSiteThatDiffers) {
+  FakeRun run(3);
+  for (int r = 0; r < 3; ++r) run.window(r, MiB, MiB, 100 * MiB);
+  for (int r = 0; r < 3; ++r) {
+    SiteRow same{r, 0, 4, 0, "forward (model.py:10)", Category::activations, 50 * MiB, 1, 0, 0, kNoStack};
+    SiteRow differs{r, 0, 4, 1, "init_params (model.py:3)", Category::parameters, (r == 1 ? 30 : 10) * MiB, 1, 0, 0, kNoStack};
+    run.sites.push_back(same);
+    run.sites.push_back(differs);
+  }
+  const auto diffs = cross_rank_analysis(run.info, run.sites, run.digests).summary_json["site_diffs"];
+  ASSERT_EQ(diffs.size(), 1u) << diffs.dump(2);
+  EXPECT_EQ(diffs[0]["site"], "init_params (model.py:3)");
+  EXPECT_EQ(diffs[0]["max_rank"], 1);
+  EXPECT_EQ(diffs[0]["delta"], 20 * MiB);
+  EXPECT_EQ(diffs[0]["category"], "parameters");
+}
+
+}  // namespace
+}  // namespace memsnap
