@@ -187,6 +187,7 @@ bool process_used_mpi() noexcept {
 struct Recorder::Impl {
   // Read on every hot-path call.
   std::atomic<bool> active{false};
+  std::atomic<bool> in_fork_child{false};  // a fork() copy: never touch the lock or the file
   bool native_stacks = false;
   int stack_depth = 0;
   std::uint64_t epoch = 0;
@@ -246,13 +247,25 @@ struct Recorder::Impl {
     return buf.get();
   }
 
+  std::vector<std::string> trim_modules;
+  bool in_trimmed_module(std::uintptr_t pc) const {
+    if (trim_modules.empty()) return false;
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(pc), &info) == 0 || info.dli_fname == nullptr) return false;
+    const std::string_view file = info.dli_fname;
+    for (const auto& m : trim_modules) {
+      if (file.find(m) != std::string_view::npos) return true;
+    }
+    return false;
+  }
+
   std::uint32_t intern_stack(const std::uintptr_t* pcs, int depth) {
     // Seen before: one hash lookup. New: trim memsnap's own frames (the hook, the C API) from the
     // top once, and intern the trimmed stack.
     raw_key.assign(pcs, pcs + depth);
     if (auto it = raw_stack_ids.find(raw_key); it != raw_stack_ids.end()) return it->second;
     int first = 0;
-    while (first < depth && stacks::is_own_frame(pcs[first])) ++first;
+    while (first < depth && (stacks::is_own_frame(pcs[first]) || in_trimmed_module(pcs[first]))) ++first;
     std::vector<std::uintptr_t> key(pcs + first, pcs + depth);
     std::uint32_t id = kNoStack;
     if (!key.empty()) {
@@ -290,6 +303,18 @@ struct Recorder::Impl {
     }
   }
 
+  // A source that frees by address only (CUPTI: cudaFree(ptr)) records size 0; the size is the
+  // allocation's.
+  void fill_freed_size(Event& e) const {
+    const LiveAlloc* a = nullptr;
+    if (e.action == Action::free_completed || e.action == Action::free_requested) {
+      a = live.find(live_key(e.device, e.addr));
+    } else if (e.action == Action::segment_free || e.action == Action::segment_unmap) {
+      a = segments.find(live_key(e.device, e.addr));
+    }
+    if (a != nullptr) e.size = a->size;
+  }
+
   // Moves every thread's pending events, in time order, into live tracking and the history.
   void drain() {
     scratch.clear();
@@ -311,7 +336,8 @@ struct Recorder::Impl {
     auto by_time = [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; };
     if (!std::is_sorted(scratch.begin(), scratch.end(), by_time)) std::stable_sort(scratch.begin(), scratch.end(), by_time);
     const bool keep_history = window_open || config.oom_snapshot;
-    for (const auto& e : scratch) {
+    for (auto& e : scratch) {
+      if (e.size == 0) fill_freed_size(e);
       apply_live(e);
       if (keep_history) history->push(e);
     }
@@ -484,8 +510,10 @@ void stop_global_at_exit() { Recorder::global().stop(); }
 void disable_in_fork_child() {
   // The child inherits a copy of a recorder whose lock may be held by a thread that does not
   // exist there: it records nothing and never touches the lock.
-  t_in_hook = true;
-  if (Recorder::Impl* impl = g_global_impl.load()) impl->active.store(false);
+  if (Recorder::Impl* impl = g_global_impl.load()) {
+    impl->in_fork_child.store(true);
+    impl->active.store(false);
+  }
 }
 }  // namespace
 
@@ -507,6 +535,7 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
     s.policy = WindowPolicy(config.skip_batches, config.interval, config.repeat);
     s.history = std::make_unique<EventRing>(static_cast<std::size_t>(config.max_entries));
     s.native_stacks = config.stacks == StackMode::native;
+    s.trim_modules = options.trim_modules;
     s.stack_depth = static_cast<int>(std::clamp<std::int64_t>(config.stack_depth + 4, 1, kMaxDepth));
     if (s.native_stacks) stacks::warm_up();
 
@@ -695,7 +724,7 @@ bool Recorder::dump() noexcept {
 
 void Recorder::stop() noexcept {
   Impl& s = *impl_;
-  if (t_in_hook) return;
+  if (t_in_hook || s.in_fork_child.load()) return;
   HookGuard guard;
   try {
     std::lock_guard lock(s.mutex);
@@ -721,6 +750,7 @@ bool Recorder::active() const noexcept { return impl_->active.load(); }
 RecorderStats Recorder::stats() const noexcept {
   Impl& s = *impl_;
   RecorderStats out;
+  if (s.in_fork_child.load()) return out;
   try {
     std::lock_guard lock(s.mutex);
     if (s.active.load()) s.drain();

@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -506,11 +508,29 @@ RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name
 }
 
 RankRecord read_spill(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SpillError(path.string() + ": cannot open (" + std::strerror(errno) + ")");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw SpillError(path.string() + ": read error");
-  return read_spill_bytes(bytes, path.string());
+  // Mapped, not copied: the reader's memory is the record it builds, not twice the file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw SpillError(path.string() + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw SpillError(path.string() + ": cannot stat (" + std::strerror(err) + ")");
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return read_spill_bytes({}, path.string());
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) throw SpillError(path.string() + ": cannot map (" + std::strerror(errno) + ")");
+  struct Unmap {
+    void* p;
+    std::size_t n;
+    ~Unmap() { ::munmap(p, n); }
+  } unmap{map, size};
+  return read_spill_bytes(std::span(static_cast<const char*>(map), size), path.string());
 }
 
 std::vector<std::filesystem::path> find_spills(const std::filesystem::path& run_dir) {

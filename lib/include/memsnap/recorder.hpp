@@ -62,6 +62,9 @@ class EventRing {
 struct RecorderOptions {
   std::string source = "api";  // api | cupti
   std::string device_name;
+  // Native stacks: frames at the top that lie in a module whose file name contains one of these
+  // are trimmed like memsnap's own (the CUPTI source: libmemsnap_cupti, libcupti, libcuda).
+  std::vector<std::string> trim_modules;
 };
 
 struct RecorderStats {
