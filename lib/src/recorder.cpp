@@ -218,6 +218,7 @@ struct Recorder::Impl {
   std::vector<std::uintptr_t> raw_key;
   std::unordered_map<std::uintptr_t, std::uint32_t> frame_ids;
   std::vector<Frame> frames;
+  std::unique_ptr<stacks::Symbolizer> symbolizer;
   std::size_t frames_written = 0, stacks_written = 0;
   std::atomic<bool> warned_io{false}, warned_internal{false};
 
@@ -418,13 +419,14 @@ struct Recorder::Impl {
 
   bool write_new_stacks() {
     if (!native_stacks || stacks_written == raw_stacks.size()) return true;
-    stacks::Symbolizer symbolizer;
+    // One symboliser for the process's life: loading debug info is the expensive part.
+    if (!symbolizer) symbolizer = std::make_unique<stacks::Symbolizer>();
     std::vector<Stack> fresh;
     for (std::size_t i = stacks_written; i < raw_stacks.size(); ++i) {
       Stack s;
       for (auto pc : raw_stacks[i]) {
         auto [it, inserted] = frame_ids.try_emplace(pc, static_cast<std::uint32_t>(frames.size()));
-        if (inserted) frames.push_back(symbolizer.resolve(pc));
+        if (inserted) frames.push_back(symbolizer->resolve(pc));
         s.push_back(it->second);
       }
       fresh.push_back(std::move(s));
