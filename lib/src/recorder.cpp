@@ -1,6 +1,8 @@
 #include "memsnap/recorder.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <link.h>
 #include <pthread.h>
 #include <time.h>
@@ -188,6 +190,7 @@ struct Recorder::Impl {
   // Read on every hot-path call.
   std::atomic<bool> active{false};
   std::atomic<bool> in_fork_child{false};  // a fork() copy: never touch the lock or the file
+  int lock_fd = -1;                         // flock on spill/rank<R>.lock while recording
   bool native_stacks = false;
   int stack_depth = 0;
   std::uint64_t epoch = 0;
@@ -571,6 +574,39 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
                                        "; this run is not recorded, the job goes on");
       return false;
     }
+    // One live recorder per rank and folder: a second run into the same folder at the same time
+    // refuses instead of interleaving two records. The kernel drops the lock when we die.
+    const std::filesystem::path lock_path = spill_dir / ("rank" + std::to_string(m.rank) + ".lock");
+    s.lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (s.lock_fd < 0 || ::flock(s.lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      char holder[32] = {};
+      if (s.lock_fd >= 0) {
+        ssize_t n = ::pread(s.lock_fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        ::close(s.lock_fd);
+        s.lock_fd = -1;
+      }
+      log::write(log::Level::warn, "another process (pid " + std::string(holder[0] ? holder : "?") +
+                                       ") is recording rank " + std::to_string(m.rank) + " into " + spill_dir.string() +
+                                       "; this one is not recorded and the job goes on");
+      return false;
+    }
+    // Released again unless this start succeeds.
+    struct LockRelease {
+      int& fd;
+      bool keep = false;
+      ~LockRelease() {
+        if (!keep && fd >= 0) {
+          ::close(fd);
+          fd = -1;
+        }
+      }
+    } lock_release{s.lock_fd};
+    const std::string pid_text = std::to_string(m.pid);
+    if (::ftruncate(s.lock_fd, 0) == 0) {
+      ssize_t ignored = ::pwrite(s.lock_fd, pid_text.data(), pid_text.size(), 0);
+      (void)ignored;
+    }
     // overwrite: false keeps an earlier run's record of this rank untouched.
     const std::string prefix = "rank" + std::to_string(m.rank) + ".pid";
     std::vector<std::filesystem::path> earlier;
@@ -604,6 +640,7 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
       });
     }
     s.active.store(s.spill.is_open());
+    lock_release.keep = s.active.load();
     return s.active.load();
   } catch (const std::exception& e) {
     log::write(log::Level::warn, std::string(e.what()) + "; this run is not recorded, the job goes on");
@@ -742,6 +779,8 @@ void Recorder::stop() noexcept {
       return;
     }
     s.spill.close();
+    if (s.lock_fd >= 0) ::close(s.lock_fd);
+    s.lock_fd = -1;
   } catch (...) {
     log::once(s.warned_internal, log::Level::warn, "internal error at shutdown");
   }

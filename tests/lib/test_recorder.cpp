@@ -266,6 +266,30 @@ TEST(Recorder, OverwriteFalseKeepsTheEarlierRunAndStepsAside) {
   EXPECT_NE(spills[0].filename(), "rank0.pid1.spill");
 }
 
+TEST(Recorder, TwoRunsIntoOneFolderAtOnceTheSecondRefuses) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.overwrite = true;  // even so: the first run is alive
+  Recorder first;
+  ASSERT_TRUE(first.start(c, LaunchInfo{}));
+  const pid_t child = fork();
+  if (child == 0) {
+    Recorder second;
+    _exit(second.start(c, LaunchInfo{}) ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the second recorder must refuse while the first records";
+  first.record_alloc(0, 0x10, 16, 0);
+  first.stop();
+  EXPECT_EQ(find_spills(dir.path()).size(), 1u);
+  // Once the first is done, the folder is free again.
+  Recorder third;
+  EXPECT_TRUE(third.start(c, LaunchInfo{}));
+  third.stop();
+}
+
 TEST(Recorder, UnwritableFolderStepsAsideWithoutThrowing) {
   if (geteuid() == 0) {
     // root ignores permissions; a path under a regular file cannot be created by anyone.
