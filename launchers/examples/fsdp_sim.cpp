@@ -10,6 +10,7 @@
 //
 // Memory is simulated by a small caching allocator (segments carved into blocks, never returned),
 // so the record has both allocated and reserved memory, like PyTorch's.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -121,6 +122,7 @@ struct Options {
   std::uint64_t leak_mib = 64;
   int spike_rank = -1, spike_batch = -1;
   int oom_rank = -1, oom_batch = -1;
+  int kill_rank = -1, kill_batch = -1;
   std::uint64_t device_gib = 80;
   int step_us = 200;
   std::string config;
@@ -231,7 +233,7 @@ bool parse_pair(const std::string& text, int& a, int& b) {
 
 int main(int argc, char** argv) {
   Options o;
-  std::string spike, oom;
+  std::string spike, oom, kill_at;
   CLI::App app{"fsdp_sim: allocates like one rank of an FSDP training job, recorded by memsnap"};
   app.add_option("--batches", o.batches, "batches to train")->check(CLI::Range(1, 1000000));
   app.add_option("--layers", o.layers, "transformer blocks")->check(CLI::Range(1, 4096));
@@ -243,6 +245,7 @@ int main(int argc, char** argv) {
   app.add_option("--leak-mib", o.leak_mib, "size of the leaked buffer in MiB")->check(CLI::Range(1, 1 << 20));
   app.add_option("--spike", spike, "R:B: rank R sees a 4x longer sequence on batch B (spike)");
   app.add_option("--oom", oom, "R:B: rank R runs out of memory on batch B");
+  app.add_option("--kill", kill_at, "R:B: rank R is killed with SIGKILL in batch B (as the OOM killer would)");
   app.add_option("--device-gib", o.device_gib, "simulated device memory in GiB")->check(CLI::Range(1, 1 << 16));
   app.add_option("--step-us", o.step_us, "pause after each layer, microseconds (spreads the timeline)")->check(CLI::Range(0, 1000000));
   app.add_option("--config", o.config, "memsnap config file (default: $MEMSNAP_CONFIG)");
@@ -256,6 +259,11 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (!kill_at.empty() && !parse_pair(kill_at, o.kill_rank, o.kill_batch)) {
+    std::fprintf(stderr, "fsdp_sim: --kill wants RANK:BATCH (e.g. 2:3), not '%s'\n", kill_at.c_str());
+    return 2;
+  }
+
   const memsnap::LaunchInfo launch = memsnap::detect_launch(memsnap::process_env());
   memsnap_init(o.config.empty() ? nullptr : o.config.c_str());
 
@@ -263,6 +271,10 @@ int main(int argc, char** argv) {
   sim.init_sharded_params();
   int skipped = 0;
   for (int b = 1; b <= o.batches; ++b) {
+    if (launch.rank == o.kill_rank && b == o.kill_batch) {
+      sim.train_batch(b);  // halfway through the window's batches, then gone
+      raise(SIGKILL);
+    }
     if (!sim.train_batch(b)) {
       std::fprintf(stderr, "fsdp_sim rank %d: out of memory in batch %d; skipping the batch\n", launch.rank, b);
       ++skipped;

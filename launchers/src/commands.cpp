@@ -67,9 +67,12 @@ void add_report(CLI::App& app, int& code) {
   cmd->add_option("-o,--output", o.out_dir, "output folder (default: report/ beside the store)");
   cmd->add_option("--fail-on-imbalance", fail, "exit 3 when (max peak / median peak) - 1 is over X")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--overwrite", o.overwrite, "replace the pages of an earlier report in the folder");
+  static bool no_upload = false;
+  cmd->add_flag("--no-upload", no_upload, "do not upload to the config's remote_file_name");
   cmd->add_option("--max-bands", o.max_bands, "allocations drawn one by one per page; the rest are summed")->check(CLI::Range(100, 1000000));
   cmd->callback([&code] {
     if (fail >= 0) o.fail_on_imbalance = fail;
+    o.upload = !no_upload;
     code = report_main(o);
   });
 }

@@ -269,17 +269,25 @@ int run_main(const RunOptions& o) {
   // mpirun / srun: all ranks decide alike from the same shared facts: aggregate here only when
   // every rank has finished and no child initialised MPI (a second MPI_Init in a slot fails).
   const auto missing = wait_for_ranks(spill_dir, launch.world_size, std::min(o.wait_seconds, 120.0), rank, rank == 0);
+  // A child that was killed left no verdict; the ranks run one program, so the ranks that did
+  // speak decide for it: any "yes" forbids the second MPI_Init, and at least one "no" is needed.
   bool in_slot = missing.empty();
   std::string why;
   if (!missing.empty()) why = std::to_string(missing.size()) + " rank(s) did not finish";
+  int said_no = 0;
   for (int r = 0; r < launch.world_size && in_slot; ++r) {
     json j;
     read_exit_record(exit_record_path(spill_dir, r), j);
     const std::string used = j.value("used_mpi", "unknown");
-    if (used != "no") {
+    if (used == "yes") {
       in_slot = false;
-      why = used == "yes" ? "the command initialised MPI itself" : "rank " + std::to_string(r) + " left no clean record";
+      why = "the command initialised MPI itself";
     }
+    said_no += used == "no";
+  }
+  if (in_slot && said_no == 0) {
+    in_slot = false;
+    why = "no rank left a clean record";
   }
   if (!in_slot) {
     if (rank == 0) say(rank, "recorded in " + spill_dir.string() + " (" + why + "); to see it: " + follow_up);

@@ -11,6 +11,7 @@
 #include "memsnap/config.hpp"
 #include "memsnap/names.hpp"
 #include "memsnap/report.hpp"
+#include "memsnap/upload.hpp"
 #include "memsnap/version.hpp"
 
 namespace memsnap {
@@ -173,6 +174,11 @@ int report_main(const ReportOptions& options) {
         std::cout << "memsnap report: " << all.size() << " window pages and the cross-rank page in " << out_dir.string()
                   << "\n  open " << (out_dir / "index.html").string() << "\n";
         for (const auto& f : cross.summary_json["findings"]) std::cout << "  finding: " << f["detail"].get<std::string>() << "\n";
+      }
+      if (options.upload) {
+        std::vector<ReportPage> pages;
+        for (const auto& d : all) pages.push_back({d.rank, d.batch, d.page});
+        if (upload_report(info, options.store, out_dir, pages, options.overwrite, options.quiet, std::cout, std::cerr) != 0) code = 4;
       }
       if (options.fail_on_imbalance && cross.peak_max_over_median - 1.0 > *options.fail_on_imbalance) {
         std::cerr << "memsnap report: memory imbalance " << cross.peak_max_over_median - 1.0

@@ -1,13 +1,19 @@
 // Remote upload of a real report: file:// copies, and a real S3-compatible server (s3rver) on loopback.
 #include <curl/curl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "memsnap/store.hpp"
@@ -23,6 +29,7 @@ const std::string kMemsnap = MEMSNAP_CLI;
 const std::string kSim = MEMSNAP_FSDP_SIM;
 const std::string kMpirun = std::string(MEMSNAP_MPIRUN) + " --oversubscribe";
 const std::string kS3rver = MEMSNAP_S3RVER;
+const std::string kSigV4Check = std::string(MEMSNAP_PYTHON) + " " + MEMSNAP_SIGV4_CHECK;
 const std::string kTemplateName = "{run_name}/memory_snapshots/rank{rank}.{batch}.pt.trace.memory_snapshot.html";
 
 struct Result {
@@ -36,7 +43,8 @@ Result sh(const std::string& cmd) {
   const std::string full =
       "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NO_PROXY=127.0.0.1 no_proxy=127.0.0.1; "
       "unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 "
-      "AWS_REGION AWS_DEFAULT_REGION AWS_PROFILE; " + cmd + " 2>&1";
+      "AWS_REGION AWS_DEFAULT_REGION AWS_PROFILE; " +
+      cmd + " 2>&1";
   FILE* p = popen(full.c_str(), "r");
   if (p == nullptr) return r;
   std::array<char, 4096> buf;
@@ -67,8 +75,8 @@ std::map<std::string, std::string> files_under(const fs::path& dir) {
 fs::path record(const test::TempDir& dir, const std::string& name, const std::string& config, int layers) {
   const fs::path run = dir / name;
   test::write_file(dir / (name + ".yaml"), "run_name: up\nfolder: " + run.string() + "\nrepeat: 1\n" + config);
-  auto r = sh(kMpirun + " -np 2 " + kMemsnap + " run --no-aggregate --config " + (dir / (name + ".yaml")).string() + " -- " +
-              kSim + " --batches 8 --step-us 0 --hidden 256 --layers " + std::to_string(layers));
+  auto r = sh(kMpirun + " -np 2 " + kMemsnap + " run --no-aggregate --config " + (dir / (name + ".yaml")).string() +
+              " -- " + kSim + " --batches 8 --step-us 0 --hidden 256 --layers " + std::to_string(layers));
   EXPECT_EQ(r.code, 0) << r.out;
   r = sh(kMemsnap + " aggregate " + run.string());
   EXPECT_EQ(r.code, 0) << r.out;
@@ -101,8 +109,8 @@ class S3Server {
       std::freopen(log.c_str(), "w", stdout);
       std::freopen(log.c_str(), "a", stderr);
       const std::string data = (m_dir / "data").string();
-      execlp("node", "node", kS3rver.c_str(), "-d", data.c_str(), "-a", "127.0.0.1", "-p", "0", "--configure-bucket", "bkt",
-             static_cast<char*>(nullptr));
+      execlp("node", "node", kS3rver.c_str(), "-d", data.c_str(), "-a", "127.0.0.1", "-p", "0", "--configure-bucket",
+             "bkt", static_cast<char*>(nullptr));
       _exit(127);
     }
     // The server prints "S3rver listening on 127.0.0.1:PORT" once it accepts connections.
@@ -120,7 +128,8 @@ class S3Server {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ASSERT_GT(m_port, 0) << "s3rver did not start (the upload_install_s3rver test installs it): " << test::read_file(log);
+    ASSERT_GT(m_port, 0) << "s3rver did not start (the upload_install_s3rver test installs it): "
+                         << test::read_file(log);
   }
 
   // Kills the server and waits (bounded) until it is gone.
@@ -156,10 +165,11 @@ class S3Server {
     curl_easy_setopt(c, CURLOPT_USERPWD, "S3RVER:S3RVER");
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, +[](char* d, std::size_t s, std::size_t n, void* u) {
-      static_cast<std::string*>(u)->append(d, s * n);
-      return s * n;
-    });
+    curl_easy_setopt(
+        c, CURLOPT_WRITEFUNCTION, +[](char* d, std::size_t s, std::size_t n, void* u) {
+          static_cast<std::string*>(u)->append(d, s * n);
+          return s * n;
+        });
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &o.bytes);
     if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o.status);
     curl_slist_free_all(h);
@@ -172,7 +182,8 @@ class S3Server {
     for (const auto& [name, bytes] : expected) {
       const Object o = get(folder + name);
       EXPECT_EQ(o.status, 200) << folder + name;
-      EXPECT_TRUE(o.bytes == bytes) << folder + name << ": " << o.bytes.size() << " bytes read back, " << bytes.size() << " sent";
+      EXPECT_TRUE(o.bytes == bytes) << folder + name << ": " << o.bytes.size() << " bytes read back, " << bytes.size()
+                                    << " sent";
     }
   }
 
@@ -180,6 +191,80 @@ class S3Server {
   fs::path m_dir;
   pid_t m_pid = -1;
   int m_port = 0;
+};
+
+// Takes one HTTP request on loopback (answering 100 Continue when asked, then 200) and keeps
+// its head and body as they arrived, so that a test can check what a real service would verify.
+class CaptureServer {
+ public:
+  CaptureServer() {
+    m_fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (bind(m_fd, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(m_fd, 1) != 0 ||
+        getsockname(m_fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "cannot listen on loopback";
+      return;
+    }
+    m_port = ntohs(a.sin_port);
+    m_thread = std::thread([this] { serve(); });
+  }
+  ~CaptureServer() {
+    if (m_thread.joinable()) m_thread.join();
+    close(m_fd);
+  }
+  int port() const { return m_port; }
+  // The request, once it has been answered.
+  std::pair<std::string, std::string> request() {
+    if (m_thread.joinable()) m_thread.join();
+    return {m_head, m_body};
+  }
+
+ private:
+  // Reads into `into` until `done` says so, 10 s at most.
+  static void read_until(int fd, std::string& into, const std::function<bool()>& done) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    char buf[4096];
+    while (!done() && std::chrono::steady_clock::now() < end) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return;
+      into.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  static void send_all(int fd, const std::string& s) { (void)!send(fd, s.data(), s.size(), MSG_NOSIGNAL); }
+
+  void serve() {
+    pollfd p{m_fd, POLLIN, 0};
+    if (poll(&p, 1, 10000) <= 0) return;
+    const int c = accept(m_fd, nullptr, nullptr);
+    if (c < 0) return;
+    std::string data;
+    read_until(c, data, [&] { return data.find("\r\n\r\n") != std::string::npos; });
+    const std::size_t end = data.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      m_head = data.substr(0, end + 4);
+      m_body = data.substr(end + 4);
+      std::size_t length = 0;
+      const auto at = m_head.find("Content-Length: ");
+      if (at != std::string::npos) length = std::stoul(m_head.substr(at + 16));
+      if (m_head.find("Expect: 100-continue") != std::string::npos) send_all(c, "HTTP/1.1 100 Continue\r\n\r\n");
+      read_until(c, m_body, [&] { return m_body.size() >= length; });
+      send_all(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    }
+    shutdown(c, SHUT_WR);
+    std::string rest;
+    read_until(c, rest, [] { return false; });  // until the client closes (or 10 s)
+    close(c);
+  }
+
+  int m_fd = -1;
+  int m_port = 0;
+  std::thread m_thread;
+  std::string m_head, m_body;
 };
 
 // --- naming (no server) ------------------------------------------------------------------------
@@ -203,8 +288,8 @@ const std::vector<ReportPage> kPages = {{0, 4, "rank0.4.pt.trace.memory_snapshot
                                         {1, 4, "rank1.4.pt.trace.memory_snapshot.html"}};
 
 TEST(UploadPlanTest, RankPagesTakeTheTemplateAndTheRestGoBeside) {
-  const auto items = plan_report_upload("s3://bkt/" + kTemplateName, two_rank_info(), "/runs/x/memsnap.h5", "/runs/x/report",
-                                        kPages, "20260101-000000");
+  const auto items = plan_report_upload("s3://bkt/" + kTemplateName, two_rank_info(), "/runs/x/memsnap.h5",
+                                        "/runs/x/report", kPages, "20260101-000000");
   std::vector<std::pair<std::string, std::string>> got;
   for (const auto& i : items) got.emplace_back(i.local.string(), i.remote);
   const std::string f = "s3://bkt/job7/memory_snapshots/";
@@ -237,7 +322,8 @@ TEST(UploadPlanTest, RefusesTemplatesThatCannotWork) {
   EXPECT_NE(error_of("file:///srv/./rank{rank}.{batch}.html").find("'.' component"), std::string::npos);
   EXPECT_NE(error_of("s3://bkt/rank{rank}/{batch}.html").find("changes with the rank"), std::string::npos);
   EXPECT_NE(error_of("s3://bkt/{run_name}/page.html").find("the same name"), std::string::npos);
-  EXPECT_NE(error_of("gs://bkt/rank{rank}.{batch}.html").find("allowed: s3://BUCKET/KEY or file://PATH"), std::string::npos);
+  EXPECT_NE(error_of("gs://bkt/rank{rank}.{batch}.html").find("allowed: s3://BUCKET/KEY or file://PATH"),
+            std::string::npos);
   EXPECT_NE(error_of("s3://{run_name}/rank{rank}.{batch}.html").find("bucket name must be literal"), std::string::npos);
   EXPECT_NE(error_of("s3://bkt/rank{rnak}.{batch}.html").find("unknown variable {rnak}"), std::string::npos);
   EXPECT_EQ(error_of("s3://bkt/" + kTemplateName), "accepted");
@@ -251,7 +337,9 @@ TEST(UploadTest, FileCopiesTheReportAndStoreAndRefusesToReplaceUnlessOverwrite) 
   const fs::path run = record(dir, "a", "remote_file_name: " + remote + "\n", 2);
   auto r = sh(kMemsnap + " report " + (run / "memsnap.h5").string() + " -o " + (dir / "r1").string());
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("uploaded 9 files to file://" + (dir / "remote/up/memory_snapshots/").string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("uploaded 9 files to file://" + (dir / "remote/up/memory_snapshots/").string()),
+            std::string::npos)
+      << r.out;
   const auto first = expected_objects(run, dir / "r1");
   ASSERT_EQ(first.size(), 9u) << "4 pages, summary.json, index.html, the store and its 2 rank files";
   EXPECT_EQ(files_under(dir / "remote/up/memory_snapshots"), first);
@@ -314,21 +402,25 @@ TEST(UploadTest, S3BadCredentialsGiveOneLineWithTheErrorCode) {
   S3Server server(dir / "s3");
   const fs::path run = record(dir, "a", "remote_file_name: s3://bkt/" + kTemplateName + "\n", 2);
   const auto before = files_under(run);
-  const auto r = sh(server.env("WRONGKEY") + kMemsnap + " report " + (run / "memsnap.h5").string() + " -o " + (dir / "r").string());
+  const auto r = sh(server.env("WRONGKEY") + kMemsnap + " report " + (run / "memsnap.h5").string() + " -o " +
+                    (dir / "r").string());
   EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_EQ(count(r.out, "upload failed"), 1u) << "one line, not one per file: " << r.out;
   EXPECT_NE(r.out.find("HTTP 403 InvalidAccessKeyId"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("8 more file(s) not uploaded"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8 more file(s) not uploaded: every file would be refused alike (InvalidAccessKeyId)"),
+            std::string::npos)
+      << r.out;
   EXPECT_EQ(r.out.find("WRONGKEY:S3RVER"), std::string::npos) << "the secret is never printed";
   EXPECT_EQ(server.get("up/memory_snapshots/index.html").status, 404);
   EXPECT_EQ(files_under(run), before);
   EXPECT_TRUE(fs::exists(dir / "r/index.html"));
 
   // No credentials at all: one line naming the variables, nothing sent.
-  const auto none = sh("AWS_ENDPOINT_URL=" + server.endpoint() + " " + kMemsnap + " report " + (run / "memsnap.h5").string() +
-                       " -o " + (dir / "r2").string());
+  const auto none = sh("AWS_ENDPOINT_URL=" + server.endpoint() + " " + kMemsnap + " report " +
+                       (run / "memsnap.h5").string() + " -o " + (dir / "r2").string());
   EXPECT_EQ(none.code, 4) << none.out;
-  EXPECT_NE(none.out.find("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must both be set"), std::string::npos) << none.out;
+  EXPECT_NE(none.out.find("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must both be set"), std::string::npos)
+      << none.out;
 }
 
 TEST(UploadTest, S3ServerGoneMidUploadIsReportedPerFileRetriedAndLeavesLocalFiles) {
@@ -350,7 +442,8 @@ TEST(UploadTest, S3ServerGoneMidUploadIsReportedPerFileRetriedAndLeavesLocalFile
     if (std::sscanf(name.c_str(), "rank%d.%lld.", &rank, &batch) == 2) pages.push_back({rank, batch, name});
   }
   ASSERT_EQ(pages.size(), 4u);
-  const auto items = plan_report_upload("s3://bkt/" + kTemplateName, info, run / "memsnap.h5", run / "report", pages, "t");
+  const auto items =
+      plan_report_upload("s3://bkt/" + kTemplateName, info, run / "memsnap.h5", run / "report", pages, "t");
   UploadOptions options;
   const std::string endpoint = server.endpoint();
   options.env = [&](const char* name) -> std::optional<std::string> {
@@ -374,7 +467,8 @@ TEST(UploadTest, S3ServerGoneMidUploadIsReportedPerFileRetriedAndLeavesLocalFile
     EXPECT_NE(outcomes[i].detail.find("Couldn't connect"), std::string::npos) << outcomes[i].detail;
     EXPECT_NE(outcomes[i].detail.find("after 3 attempts"), std::string::npos) << outcomes[i].detail;
   }
-  for (std::size_t i = 3; i < outcomes.size(); ++i) EXPECT_EQ(outcomes[i].status, UploadOutcome::Status::not_attempted) << i;
+  for (std::size_t i = 3; i < outcomes.size(); ++i)
+    EXPECT_EQ(outcomes[i].status, UploadOutcome::Status::not_attempted) << i;
   EXPECT_GE(seconds, 2 * (0.5 + 1.0)) << "two files, each retried after 0.5 s and 1 s";
   EXPECT_LT(seconds, 60);
   EXPECT_EQ(files_under(run), before);
@@ -384,12 +478,56 @@ TEST(UploadTest, S3ServerGoneMidUploadIsReportedPerFileRetriedAndLeavesLocalFile
   EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_EQ(count(r.out, "upload failed"), 2u) << r.out;
   EXPECT_EQ(count(r.out, "after 3 attempts"), 2u) << r.out;
-  EXPECT_NE(r.out.find("7 more file(s) not uploaded: the last two files could not reach the server"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("rank0.4.pt.trace.memory_snapshot.html -> s3://bkt/up/memory_snapshots/rank0.4.pt.trace.memory_snapshot.html"),
-            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("7 more file(s) not uploaded: the last two files could not reach the server"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("rank0.4.pt.trace.memory_snapshot.html -> "
+                       "s3://bkt/up/memory_snapshots/rank0.4.pt.trace.memory_snapshot.html"),
+            std::string::npos)
+      << r.out;
   EXPECT_TRUE(fs::exists(dir / "r/index.html"));
   auto after = files_under(run);
   EXPECT_EQ(after, before);
+}
+
+// s3rver does not check SigV4 signatures, so the request memsnap sends is checked here against
+// the signature recomputed independently (tests/upload/sigv4_check.py), as S3 computes it.
+TEST(UploadTest, S3RequestsCarryAValidSigV4SignatureWithTokenRegionAndEncodedKey) {
+  test::TempDir dir;
+  test::write_file(dir / "f.txt", "hello, bucket");
+  CaptureServer server;
+  const std::map<std::string, std::string> env = {
+      {"AWS_ENDPOINT_URL_S3", "http://127.0.0.1:" + std::to_string(server.port()) + "/"},
+      {"AWS_ENDPOINT_URL", "http://127.0.0.1:1"},  // the S3-specific one wins
+      {"AWS_ACCESS_KEY_ID", "AKIDTEST"},
+      {"AWS_SECRET_ACCESS_KEY", "wJalr/K7MDENG+bPxRfiCY"},
+      {"AWS_SESSION_TOKEN", "token/with+chars="},
+      {"AWS_REGION", "eu-west-3"}};
+  UploadOptions options;
+  options.overwrite = true;  // a single PUT, no HEAD
+  options.env = [&](const char* name) -> std::optional<std::string> {
+    const auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  const auto out = upload_files({{dir / "f.txt", "s3://bkt/run 1/f+x~.txt"}}, options);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].status, UploadOutcome::Status::uploaded) << out[0].detail;
+  const auto [head, body] = server.request();
+  EXPECT_EQ(head.substr(0, head.find("\r\n")), "PUT /bkt/run%201/f%2Bx~.txt HTTP/1.1") << head;
+  EXPECT_EQ(body, "hello, bucket");
+  EXPECT_NE(head.find("Content-Length: 13\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("x-amz-security-token: token/with+chars=\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("Credential=AKIDTEST/"), std::string::npos) << head;
+  EXPECT_NE(head.find("/eu-west-3/s3/aws4_request"), std::string::npos) << head;
+  EXPECT_NE(head.find("SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token,"), std::string::npos)
+      << head;
+  test::write_file(dir / "head.txt", head);
+  const auto check = sh(kSigV4Check + " " + (dir / "head.txt").string() + " 'wJalr/K7MDENG+bPxRfiCY'");
+  ASSERT_EQ(check.code, 0) << check.out;
+  const std::string expected = check.out.substr(0, check.out.find(' '));
+  const std::string given = check.out.substr(check.out.find(' ') + 1, 64);
+  EXPECT_EQ(expected.size(), 64u) << check.out;
+  EXPECT_EQ(given, expected) << "the signature S3 would compute differs from the one sent:\n" << head;
 }
 
 TEST(UploadTest, S3MissingBucketStopsAtTheFirstFile) {
@@ -403,7 +541,8 @@ TEST(UploadTest, S3MissingBucketStopsAtTheFirstFile) {
     if (std::string(name) == "AWS_ACCESS_KEY_ID" || std::string(name) == "AWS_SECRET_ACCESS_KEY") return "S3RVER";
     return std::nullopt;
   };
-  const auto out = upload_files({{dir / "a.txt", "s3://nobucket/a.txt"}, {dir / "a.txt", "s3://nobucket/b.txt"}}, options);
+  const auto out =
+      upload_files({{dir / "a.txt", "s3://nobucket/a.txt"}, {dir / "a.txt", "s3://nobucket/b.txt"}}, options);
   EXPECT_EQ(out[0].status, UploadOutcome::Status::failed);
   EXPECT_EQ(out[0].attempts, 1) << "a 404 is not retried";
   EXPECT_NE(out[0].detail.find("HTTP 404 NoSuchBucket"), std::string::npos) << out[0].detail;

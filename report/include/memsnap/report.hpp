@@ -26,6 +26,7 @@ struct ReportOptions {
   bool overwrite = false;                    // replace an existing report folder's pages
   std::size_t max_bands = 20000;             // allocations drawn one by one per page
   bool quiet = false;
+  bool upload = true;                        // upload to the config's remote_file_name (exit 4 on failure)
 };
 
 // What the per-rank pass learns of one window and sends to rank 0 for the cross-rank page.
@@ -55,7 +56,8 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
                                     const std::vector<WindowDigest>& digests);
 
 // `memsnap report`: MPI-aware (ranks share the per-rank pages; rank 0 writes the cross page).
-// Returns the exit code: 0, 1 (error, one line on stderr), 3 (imbalance over the threshold).
+// Returns the exit code: 0, 1 (error, one line on stderr), 3 (imbalance over the threshold),
+// 4 (an upload to remote_file_name failed or was refused; the report is written).
 int report_main(const ReportOptions& options);
 
 // The page name of a rank's window from the config's `filename` template.
