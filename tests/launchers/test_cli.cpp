@@ -88,6 +88,65 @@ TEST(Cli, RunUnderMpirunRecordsGathersAndNamesThePlantedRanks) {
   for (const char* text : {"leak", "shard imbalance", "spike"}) EXPECT_NE(dom.out.find(text), std::string::npos) << text;
 }
 
+// Exactly the README's demo: ci/demo.sh's command line and config.
+TEST(Cli, TheDemoNamesLeakRank3UnshardedRank0AndSpikeOnRank2Batch3) {
+  test::TempDir dir;
+  const auto r = sh("MEMSNAP_FOLDER=" + (dir / "run").string() + " " + kMpirun + " -np 4 " + kMemsnap +
+                    " run --config " + MEMSNAP_SOURCE_DIR "/launchers/examples/demo.yaml -- " + kSim +
+                    " --leak-rank 3 --unsharded-rank 0 --spike 2:3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json summary = read_json(dir / "run/report/summary.json");
+  const std::vector<std::pair<std::string, int>> expected = {{"leak", 3}, {"shard_imbalance", 0}, {"spike", 2}};
+  EXPECT_EQ(findings_of(summary), expected) << summary["findings"].dump(2);
+  for (const auto& f : summary["findings"]) {
+    if (f["kind"] == "spike") EXPECT_EQ(f["batch"], 3);
+  }
+  EXPECT_EQ(summary["imbalance"]["outlier_ranks"], json::array({2})) << "the spike makes rank 2's peak the outlier";
+  // The rendered page shows the outlier and the causes; a screenshot stays as an artifact.
+  const std::filesystem::path shot = std::filesystem::path(MEMSNAP_ARTIFACTS) / "demo_index.png";
+  std::filesystem::create_directories(shot.parent_path());
+  const auto dom = sh("chromium --headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,1800 "
+                      "--virtual-time-budget=10000 --screenshot=" + shot.string() + " file://" +
+                      (dir / "run/report/index.html").string() + " && chromium --headless=new --no-sandbox --disable-gpu "
+                      "--virtual-time-budget=10000 --dump-dom file://" + (dir / "run/report/index.html").string());
+  ASSERT_EQ(dom.code, 0) << dom.out;
+  EXPECT_TRUE(std::filesystem::exists(shot));
+  EXPECT_NE(dom.out.find("data-ready=\"1\""), std::string::npos);
+  EXPECT_EQ(dom.out.find("data-error=\""), std::string::npos);
+  EXPECT_NE(dom.out.find("cache_batch_metrics"), std::string::npos) << "the leak's site is named";
+  EXPECT_NE(dom.out.find("init_unsharded_module"), std::string::npos) << "the unsharded module is named";
+}
+
+// One rank's child dies with SIGKILL mid-window: the others' results are whole, the dead rank's
+// record up to the kill is in the store and the report, and nothing hangs.
+TEST(Cli, ARankKilledMidWindowIsReportedWithWhatItRecorded) {
+  test::TempDir dir;
+  test::write_file(dir / "m.yaml", "run_name: t\nfolder: " + (dir / "run").string() + "\nrepeat: 1\n");
+  const auto r = sh(kMpirun + " -np 4 " + kMemsnap + " run --config " + (dir / "m.yaml").string() + " -- " + kSim +
+                    " --step-us 0 --batches 8 --layers 2 --hidden 256 --kill 2:6");
+  EXPECT_NE(r.code, 0) << "the job failed, as it did: " << r.out;
+  const json exit = read_json(dir / "run/spill/rank2.exit.json");
+  EXPECT_EQ(exit["signal"], 9);
+  ASSERT_TRUE(std::filesystem::exists(dir / "run/report/summary.json")) << r.out;
+  const json summary = read_json(dir / "run/report/summary.json");
+  ASSERT_EQ(summary["ranks"].size(), 4u);
+  for (int rank : {0, 1, 3}) {
+    EXPECT_EQ(summary["ranks"][rank]["status"], "ok");
+    EXPECT_EQ(summary["ranks"][rank]["windows"].size(), 2u);
+  }
+  const auto& dead = summary["ranks"][2];
+  EXPECT_EQ(dead["status"], "truncated");
+  ASSERT_EQ(dead["windows"].size(), 2u) << dead.dump();
+  EXPECT_EQ(dead["windows"][0]["status"], "ok");
+  EXPECT_EQ(dead["windows"][1]["status"], "truncated");
+  EXPECT_GE(dead["windows"][1]["events"].get<int>(), 1) << "batch 5 was flushed before the kill in batch 6";
+  EXPECT_TRUE(std::filesystem::exists(dir / ("run/report/rank2." + std::to_string(dead["windows"][1]["batch"].get<int>()) +
+                                             ".pt.trace.memory_snapshot.html")));
+  bool named = false;
+  for (const auto& f : summary["findings"]) named |= f["kind"] == "truncated" && f["rank"] == 2;
+  EXPECT_TRUE(named) << summary["findings"].dump(2);
+}
+
 TEST(Cli, RunReturnsTheChildsExitCodeAndRecordsHowItEnded) {
   test::TempDir dir;
   const std::string env = "MEMSNAP_FOLDER=" + (dir / "run").string() + " ";
