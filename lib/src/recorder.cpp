@@ -268,8 +268,15 @@ struct Recorder::Impl {
     // top once, and intern the trimmed stack.
     raw_key.assign(pcs, pcs + depth);
     if (auto it = raw_stack_ids.find(raw_key); it != raw_stack_ids.end()) return it->second;
+    // The capture machinery sits on top: memsnap's own frames, the trimmed modules, and whatever
+    // wraps backtrace() itself (a sanitizer's interceptor). Cut below the deepest of ours among
+    // the top frames.
+    auto ours = [&](std::uintptr_t pc) { return stacks::is_own_frame(pc) || in_trimmed_module(pc); };
     int first = 0;
-    while (first < depth && (stacks::is_own_frame(pcs[first]) || in_trimmed_module(pcs[first]))) ++first;
+    for (int i = 0; i < std::min(depth, 12); ++i) {
+      if (ours(pcs[i])) first = i + 1;
+    }
+    while (first < depth && ours(pcs[first])) ++first;
     std::vector<std::uintptr_t> key(pcs + first, pcs + depth);
     std::uint32_t id = kNoStack;
     if (!key.empty()) {

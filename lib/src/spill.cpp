@@ -77,6 +77,7 @@ class Decoder {
   template <class T>
   void array(std::uint32_t n, std::vector<T>& out) {
     if (n > remaining() / sizeof(T)) throw Short{};
+    if (n == 0) return;  // memcpy may not see a null vector buffer, even for 0 bytes
     const std::size_t old = out.size();
     out.resize(old + n);
     std::memcpy(static_cast<void*>(out.data() + old), in_.data() + pos_, std::size_t{n} * sizeof(T));
