@@ -192,20 +192,9 @@ int import_main(const ImportCliOptions& o) {
     std::string werr;
     if (!write_as_spill(merged, spill_dir / spill_file_name(rank, merged.meta.pid), werr)) error = werr;
   }
-  int mine_bad = error.empty() ? 0 : 1, any_bad = 0;
-  MPI_Allreduce(&mine_bad, &any_bad, 1, MPI_INT, MPI_MAX, comm->get());
   int code = 0;
-  if (any_bad) {
-    std::vector<char> mine(error.begin(), error.end());
-    auto all = mpi::gather_bytes(*comm, mine, 0);
-    if (root) {
-      for (const auto& m : all) {
-        if (!m.empty()) {
-          std::cerr << "memsnap import: " << std::string(m.begin(), m.end()) << "\n";
-          break;
-        }
-      }
-    }
+  if (const std::string first = mpi::agree_on_error(*comm, error); !first.empty()) {
+    if (root) std::cerr << "memsnap import: " << first << "\n";
     code = 1;
   } else {
     AggregateOptions ao;

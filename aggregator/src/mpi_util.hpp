@@ -136,4 +136,17 @@ inline std::vector<std::vector<char>> gather_bytes(const Comm& comm, const std::
   return out;
 }
 
+/// Every rank learns whether any rank failed: returns "" when none did, else the first failing
+/// rank's message (on rank 0; "failed" elsewhere). Collective, so no rank waits on one that quit.
+inline std::string agree_on_error(const Comm& comm, const std::string& mine) {
+  int bad = mine.empty() ? 0 : 1, any = 0;
+  check(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm.get()), "MPI_Allreduce");
+  if (!any) return {};
+  const auto all = gather_bytes(comm, std::vector<char>(mine.begin(), mine.end()), 0);
+  for (const auto& m : all) {
+    if (!m.empty()) return std::string(m.begin(), m.end());
+  }
+  return "failed";
+}
+
 }  // namespace memsnap::mpi

@@ -355,16 +355,19 @@ struct Recorder::Impl {
     events_seen += scratch.size();
   }
 
-  std::vector<LiveAlloc> live_snapshot() const {
+  // Segments and allocations of two tables, oldest first: the LIVE record's order.
+  static std::vector<LiveAlloc> listed(const LiveTable& segs, const LiveTable& allocs) {
     std::vector<LiveAlloc> out;
-    out.reserve(live.size() + segments.size());
-    segments.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
-    live.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
+    out.reserve(segs.size() + allocs.size());
+    segs.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
+    allocs.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
     std::sort(out.begin(), out.end(), [](const LiveAlloc& a, const LiveAlloc& b) {
       return std::tie(a.time_ns, a.device, a.addr) < std::tie(b.time_ns, b.device, b.addr);
     });
     return out;
   }
+
+  std::vector<LiveAlloc> live_snapshot() const { return listed(segments, live); }
 
   // What was live before the events now in the history: live now, with the history undone.
   std::vector<LiveAlloc> live_before_history() const {
@@ -385,13 +388,7 @@ struct Recorder::Impl {
         default: break;
       }
     }
-    std::vector<LiveAlloc> out;
-    segs.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
-    allocs.for_each([&](std::uint64_t, const LiveAlloc& a) { out.push_back(a); });
-    std::sort(out.begin(), out.end(), [](const LiveAlloc& a, const LiveAlloc& b) {
-      return std::tie(a.time_ns, a.device, a.addr) < std::tie(b.time_ns, b.device, b.addr);
-    });
-    return out;
+    return listed(segs, allocs);
   }
 
   // Allocator state at window end: each live segment with the live allocations inside it.
@@ -704,6 +701,8 @@ void Recorder::record_oom(int device, std::uint64_t requested, std::uint64_t dev
     if (device >= 0) {
       if (s.meta.device_total_bytes.size() <= static_cast<std::size_t>(device)) s.meta.device_total_bytes.resize(device + 1);
       s.meta.device_total_bytes[device] = device_total;
+      // A later META record replaces the first: the reader learns the device's total.
+      if (!s.spill.write_meta(s.meta)) s.fail_io();
     }
     log::write(log::Level::warn, "out of memory on device " + std::to_string(device) + " in batch " +
                                      std::to_string(s.batch) + " (requested " + std::to_string(requested) +

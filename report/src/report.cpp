@@ -83,21 +83,7 @@ int report_main(const ReportOptions& options) {
   }
   const bool root = comm->rank() == 0;
   std::string error;  // this rank's first error, agreed on collectively below
-  auto agree = [&]() -> std::string {
-    int bad = error.empty() ? 0 : 1, any = 0;
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm->get());
-    if (!any) return {};
-    std::vector<char> mine(error.begin(), error.end());
-    auto all = mpi::gather_bytes(*comm, mine, 0);
-    std::string first;
-    for (const auto& m : all) {
-      if (!m.empty()) {
-        first.assign(m.begin(), m.end());
-        break;
-      }
-    }
-    return first.empty() ? "failed" : first;
-  };
+  auto agree = [&] { return mpi::agree_on_error(*comm, error); };
 
   const std::filesystem::path out_dir =
       options.out_dir.empty() ? options.store.parent_path() / "report" : options.out_dir;

@@ -6,7 +6,14 @@
 # Builds nothing but the CUDA test programs (nvcc). Here first: build, then tests/gpu/stage.sh
 # (copies the binaries and the shared libraries the GPU machine lacks into .carry/); there, from
 # the repo root:  tests/gpu/run.sh     (results under $OUT, default /tmp/memsnap-gpu-out)
+# SECTIONS picks parts (default all): pattern torch sites profiler bench. BENCH_ROUNDS (default 3)
+# repeats each bench mode, interleaved, to see through run-to-run noise; BENCH_STEPS (default 60)
+# timed steps per run; BENCH_ASYNC=0 skips the cudaMallocAsync rounds; BENCH_PIN=CPUS pins each
+# bench process with taskset.
 set -u
+SECTIONS=${SECTIONS:-pattern torch sites profiler bench}
+BENCH_ROUNDS=${BENCH_ROUNDS:-3}
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 root=$(pwd)
 C=$root/.carry
 OUT=${OUT:-/tmp/memsnap-gpu-out}
@@ -47,6 +54,7 @@ $NVCC -o $W/alloc_pattern tests/cupti/alloc_pattern.cu -ldl || fail "nvcc alloc_
 $NVCC -o $W/second_subscriber tests/cupti/second_subscriber.cu -L"$CUPTI_DIR" -lcupti -Xlinker -rpath="$CUPTI_DIR" ||
   fail "nvcc second_subscriber"
 
+if want pattern; then
 step "1a. alloc_pattern without memsnap"
 timeout 120 $W/alloc_pattern --expect --fork >$W/p0.out 2>$W/p0.err
 rc0=$?
@@ -81,6 +89,9 @@ cat $W/s.out $W/s.err
 [ "$rc" = 0 ] || fail "second_subscriber exit $rc under memsnap"
 [ "$(grep -c '^memsnap' $W/s.err)" = 1 ] || fail "second subscriber: expected one memsnap line"
 
+fi
+
+if want torch; then
 step "2. PyTorch training loop, three allocator setups"
 declare -A CONF=([default]="" [expandable]="expandable_segments:True" [async]="backend:cudaMallocAsync")
 for c in default expandable async; do
@@ -143,31 +154,85 @@ print(json.dumps(out, indent=1))
 PY
 cp $W/torch_default/report/summary.json $OUT/summary_default.json 2>/dev/null || echo "no report/summary.json for default"
 
-step "3. overhead: step time (tests/bench/bench_gpu_step.py)"
-B="timeout 240 python3 tests/bench/bench_gpu_step.py --out $OUT/bench.jsonl"
+fi
+
+if want sites; then
+step "2b. PyTorch (default allocator) with native stacks: which cudaMalloc calls are not PyTorch's caching allocator"
+MEMSNAP_FOLDER=$W/torch_sites MEMSNAP_SKIP_BATCHES=0 MEMSNAP_INTERVAL=6 MEMSNAP_STACKS=native \
+  timeout 300 $INJ python3 tests/gpu/train.py --stats $W/torch_sites.stats
+$C/bin/spill_dump $W/torch_sites >$W/torch_sites.jsonl || fail "spill_dump torch_sites"
+python3 - $W/torch_sites.jsonl $W/torch_sites.stats >$OUT/torch_sites.json <<'PY'
+import collections, json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+ev = [e for e in ev if e["kind"] == "event" and e["action"] == "alloc"]
+torch_stats = json.load(open(sys.argv[2]))
+def is_caching(e):
+    return any("CUDACachingAllocator" in f or "DeviceCachingAllocator" in f for f in e["frames"])
+mine = [e for e in ev if is_caching(e)]
+other = [e for e in ev if not is_caching(e)]
+sites = collections.Counter()
+for e in other:
+    key = " <- ".join(f for f in e["frames"][:6])
+    sites[(key, e["size"])] += 1
+out = {"allocs": len(ev), "caching_allocator_allocs": len(mine), "caching_allocator_bytes": sum(e["size"] for e in mine),
+       "torch_segments_allocated": torch_stats["segments_allocated"], "torch_peak_reserved": torch_stats["peak_reserved"],
+       "other_allocs": len(other), "other_bytes": sum(e["size"] for e in other),
+       "other_sites": [{"frames": k[0], "size": k[1], "count": n} for k, n in sites.most_common(12)],
+       "example_caching_stack": mine[0]["frames"][:14] if mine else []}
+print(json.dumps(out, indent=1))
+print(f"sites: {len(mine)} caching-allocator cudaMallocs ({out['caching_allocator_bytes']} bytes; torch says "
+      f"{out['torch_segments_allocated']} segments), {len(other)} others ({out['other_bytes']} bytes)", file=sys.stderr)
+PY
+head -c 3000 $OUT/torch_sites.json; echo
+fi
+
+if want profiler; then
+step "2c. torch.profiler (kineto, a CUPTI client) in a process memsnap records"
+cat >$W/prof.py <<'PY'
+import torch
+x = torch.randn(1024, 1024, device="cuda")
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as p:
+    for _ in range(3):
+        torch.cuda.nvtx.range_push("step"); y = x @ x; torch.cuda.synchronize(); torch.cuda.nvtx.range_pop()
+k = [e for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+print("profiler: %d CUDA kernel events" % len(k))
+PY
+timeout 120 python3 $W/prof.py 2>&1 | grep -v Warning | tail -3
+MEMSNAP_FOLDER=$W/prof timeout 120 $INJ python3 $W/prof.py 2>&1 | tail -4
+fi
+
+if want bench; then
+step "3. overhead: step time (tests/bench/bench_gpu_step.py), $BENCH_ROUNDS interleaved rounds"
+PIN=${BENCH_PIN:+taskset -c $BENCH_PIN}
+B="timeout 240 $PIN python3 tests/bench/bench_gpu_step.py --warmup 15 --steps ${BENCH_STEPS:-60} --out $OUT/bench.jsonl"
 REC="MEMSNAP_SKIP_BATCHES=0 MEMSNAP_INTERVAL=10 MEMSNAP_REPEAT=-1 MEMSNAP_OVERWRITE=true"
-$B --label plain
-$INJ $REC MEMSNAP_FOLDER=$W/bench_none MEMSNAP_STACKS=none $B --label cupti_stacks_none
-$INJ $REC MEMSNAP_FOLDER=$W/bench_native MEMSNAP_STACKS=native $B --label cupti_stacks_native
-$B --mode torch --label torch_record_memory_history
-$B --label plain_again
+for r in $(seq $BENCH_ROUNDS); do
+  $B --label plain
+  $INJ $REC MEMSNAP_FOLDER=$W/bench_none MEMSNAP_STACKS=none $B --label cupti_stacks_none
+  $INJ $REC MEMSNAP_FOLDER=$W/bench_native MEMSNAP_STACKS=native $B --label cupti_stacks_native
+  $B --mode torch --label torch_record_memory_history
+done
 export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
-$B --label async_plain
-$INJ $REC MEMSNAP_FOLDER=$W/bench_async MEMSNAP_STACKS=none $B --label async_cupti_stacks_none
-$INJ $REC MEMSNAP_FOLDER=$W/bench_async_native MEMSNAP_STACKS=native $B --label async_cupti_stacks_native
+for r in $(seq $([ "${BENCH_ASYNC:-1}" = 0 ] && echo 0 || echo $BENCH_ROUNDS)); do
+  $B --label async_plain
+  $INJ $REC MEMSNAP_FOLDER=$W/bench_async MEMSNAP_STACKS=none $B --label async_cupti_stacks_none
+  $INJ $REC MEMSNAP_FOLDER=$W/bench_async_native MEMSNAP_STACKS=native $B --label async_cupti_stacks_native
+done
 unset PYTORCH_CUDA_ALLOC_CONF
 python3 - "$OUT/bench.jsonl" <<'PY'
-import json, sys
+import collections, json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-by = {r["label"]: r for r in rows}
-base = [by[k]["median_ms"] for k in ("plain", "plain_again") if k in by]
-abase = by.get("async_plain", {}).get("median_ms")
+by = collections.defaultdict(list)
 for r in rows:
-    ref = abase if r["label"].startswith("async") else (sum(base) / len(base) if base else None)
-    pct = 100.0 * (r["median_ms"] / ref - 1) if ref else float("nan")
-    print(f"{r['label']:32s} {r['median_ms']:8.3f} ms/step (p90 {r['p90_ms']:.3f})  {pct:+6.2f} %  allocs/step {r['allocs_per_step']}")
+    by[r["label"]].append(r["median_ms"])
+med = {k: statistics.median(v) for k, v in by.items()}
+for k, v in by.items():
+    ref = med.get("async_plain" if k.startswith("async") else "plain")
+    pct = 100.0 * (med[k] / ref - 1) if ref else float("nan")
+    print(f"{k:32s} median of {len(v)} runs {med[k]:8.3f} ms/step  {pct:+6.2f} %   runs: {v}")
 PY
-for d in bench_none bench_native bench_async; do $MS info $W/$d --json | head -c 600; echo; done
+for d in bench_none bench_native bench_async; do $MS info $W/$d --json | head -c 400; echo; done
+fi
 
 step "done"
 if [ ${#fails[@]} -eq 0 ]; then echo "ALL CHECKS PASSED"; else printf 'FAILED: %s\n' "${fails[@]}"; exit 1; fi
