@@ -11,12 +11,17 @@ void add_run(CLI::App& app, int& code) {
   cmd->add_flag("--no-aggregate", o.no_aggregate, "only record; print the commands that gather and report");
   cmd->add_flag("--aggregate-when-done", o.aggregate_when_done,
                 "without MPI (torchrun): rank 0 waits for every rank, then gathers and reports alone");
+  static bool no_cupti = false;
+  cmd->add_flag("--no-cupti", no_cupti,
+                "do not inject the CUPTI library (CUPTI takes one client: torch.profiler, Nsight and "
+                "compute-sanitizer need it for themselves)");
   cmd->add_option("--wait", o.wait_seconds, "seconds rank 0 waits for the other ranks (default 600)")->check(CLI::NonNegativeNumber);
   cmd->add_option("command", o.command, "the command and its arguments, after --")->required();
   cmd->prefix_command();  // everything after the options belongs to the command
   cmd->callback([&code] {
     std::error_code ec;
     o.self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    o.cupti = !no_cupti;
     code = run_main(o);
   });
 }

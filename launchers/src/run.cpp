@@ -166,7 +166,7 @@ int run_main(const RunOptions& o) {
     env_text.push_back("MEMSNAP_FOLDER=" + run_dir.string());
     env_text.push_back("MEMSNAP_RUN_NAME=" + config.run_name);
     if (!o.config.empty()) env_text.push_back("MEMSNAP_CONFIG=" + fs::absolute(o.config).string());
-    const fs::path cupti = cupti_library(o.self);
+    const fs::path cupti = o.cupti ? cupti_library(o.self) : fs::path();
     if (!cupti.empty()) {
       if (!env("CUDA_INJECTION64_PATH")) env_text.push_back("CUDA_INJECTION64_PATH=" + cupti.string());
       if (!env("NVTX_INJECTION64_PATH")) env_text.push_back("NVTX_INJECTION64_PATH=" + cupti.string());

@@ -14,6 +14,7 @@ struct RunOptions {
   bool aggregate_when_done = false;  // torchrun (no MPI): rank 0 waits for every rank, then aggregates serially
   double wait_seconds = 600;         // how long rank 0 waits for the other ranks' records
   bool report = true;                // render the report after aggregating
+  bool cupti = true;                 // inject libmemsnap_cupti.so when it is built
   std::string self;                  // path of the memsnap binary (for the follow-up commands)
 };
 
