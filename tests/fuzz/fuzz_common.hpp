@@ -70,7 +70,8 @@ class Bytes {
   std::uint8_t byte() { return get<std::uint8_t>(); }
   /// A string of length byte() (capped at `max`).
   std::string short_string(std::size_t max = 255) {
-    const std::size_t n = std::min<std::size_t>({byte(), max, left()});
+    const std::size_t want = byte();
+    const std::size_t n = std::min<std::size_t>({want, max, left()});
     std::string s(reinterpret_cast<const char*>(m_data + m_pos), n);
     m_pos += n;
     return s;

@@ -75,12 +75,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto joined = join_inside(folder, vars.run_name);
         MEMSNAP_FUZZ_CHECK(kTarget, stays_inside(folder, joined), "run name escapes: " + joined.string());
       } catch (const NameError& e) {
-        finding(kTarget, "a valid run name refused by join_inside: " + std::string(e.what()));
+        fuzz::finding(kTarget, "a valid run name refused by join_inside: " + std::string(e.what()));
       }
     }
 
     // join_inside never returns a path outside its folder, for the raw name and the formatted one.
-    for (const std::string* rel : {&relative, &formatted}) {
+    for (const std::string* rel : {&relative, static_cast<const std::string*>(&formatted)}) {
       try {
         const auto joined = join_inside(folder, *rel);
         MEMSNAP_FUZZ_CHECK(kTarget, stays_inside(folder, joined),

@@ -1,6 +1,8 @@
 // Replays files through a fuzz target's LLVMFuzzerTestOneInput without libFuzzer: every corpus
 // seed and every saved crash stays a test in the normal build. Arguments: files or folders
 // (folders are read recursively; README files and dot files are skipped).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -12,8 +14,27 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 extern "C" __attribute__((weak)) int LLVMFuzzerInitialize(int* argc, char*** argv);
 
+#if defined(__SANITIZE_ADDRESS__)
+#define MEMSNAP_REPLAY_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MEMSNAP_REPLAY_ASAN 1
+#endif
+#endif
+
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
+#ifndef MEMSNAP_REPLAY_ASAN
+  // An input that makes the reader allocate gigabytes fails here as bad_alloc (a finding), as it
+  // does under libFuzzer's -malloc_limit_mb, instead of swapping the test machine. ASan reserves
+  // terabytes of address space, so its builds rely on ASAN_OPTIONS=max_allocation_size_mb instead.
+  const rlim_t limit = rlim_t{4} << 30;
+  rlimit cur{};
+  if (getrlimit(RLIMIT_AS, &cur) == 0 && (cur.rlim_cur == RLIM_INFINITY || cur.rlim_cur > limit)) {
+    cur.rlim_cur = limit;
+    setrlimit(RLIMIT_AS, &cur);
+  }
+#endif
   if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
   std::vector<fs::path> files;
   for (int i = 1; i < argc; ++i) {

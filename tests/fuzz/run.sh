@@ -34,17 +34,20 @@ fi
 
 # Every library the targets link is instrumented for coverage and sanitized; only the targets
 # link libFuzzer itself (tests/fuzz/CMakeLists.txt).
-sanitize="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -gline-tables-only"
+# UBSan stays recoverable so that UBSAN_OPTIONS=suppressions=FILE can skip a known report;
+# halt_on_error=1 (below) still stops at the first one.
+mkdir -p "$build"
+sanitize="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -gline-tables-only"
 CC="$cc" CXX="$cxx" cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMEMSNAP_FUZZ=ON -DMEMSNAP_TEST_DIRS=fuzz \
   "-DCMAKE_C_FLAGS=$sanitize" "-DCMAKE_CXX_FLAGS=$sanitize" \
   "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" \
-  "-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined" >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log" >&2; exit 1; }
+  "-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined" >"$build/fuzz-configure.log" 2>&1 ||
+  { cat "$build/fuzz-configure.log" >&2; exit 1; }
 build_targets=()
 for t in "${targets[@]}"; do build_targets+=(--target "fuzz_$t"); done
-cmake --build "$build" -j "$jobs" "${build_targets[@]}" >"$build.build.log" 2>&1 ||
-  { tail -50 "$build.build.log" >&2; exit 1; }
+cmake --build "$build" -j "$jobs" "${build_targets[@]}" >"$build/fuzz-build.log" 2>&1 ||
+  { tail -50 "$build/fuzz-build.log" >&2; exit 1; }
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_stack_use_after_return=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
@@ -74,7 +77,7 @@ for t in "${targets[@]}"; do
   corpus=$(grep -o 'corp: [0-9]*/[0-9A-Za-z]*' "$log" | tail -1 | cut -d' ' -f2)
   verdict="ok"
   if [ "$rc" -ne 0 ]; then
-    verdict="CRASH (rc $rc): $(ls "$out/artifacts" | head -1)"
+    verdict="CRASH (rc $rc): $(ls -t "$out/artifacts" | head -1)"
     status=1
   fi
   rate="-"
