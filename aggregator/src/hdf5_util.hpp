@@ -206,8 +206,19 @@ inline bool has_attr(hid_t loc, const char* name) {
   return e > 0;
 }
 
+/// An attribute memsnap reads as one value must hold exactly one: reading several elements into
+/// one would overrun the destination.
+inline void require_single_value(hid_t attr, const char* name, const std::string& context) {
+  Handle space = space_handle(H5Aget_space(attr), context + ": attribute " + name);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  if (n != 1) {
+    throw StoreError(context + ": attribute " + name + " holds " + std::to_string(n) + " values, not one");
+  }
+}
+
 inline std::string read_attr_string(hid_t loc, const char* name, const std::string& context) {
   Handle attr = attr_handle(H5Aopen(loc, name, H5P_DEFAULT), context + ": no attribute " + name);
+  require_single_value(attr, name, context);
   Handle ftype = type_handle(H5Aget_type(attr), context + ": attribute " + name);
   if (H5Tget_class(ftype) != H5T_STRING) throw StoreError(context + ": attribute " + name + " is not a string");
   if (H5Tis_variable_str(ftype) > 0) {
@@ -229,6 +240,7 @@ inline std::string read_attr_string(hid_t loc, const char* name, const std::stri
 
 inline std::int64_t read_attr_int(hid_t loc, const char* name, const std::string& context) {
   Handle attr = attr_handle(H5Aopen(loc, name, H5P_DEFAULT), context + ": no attribute " + name);
+  require_single_value(attr, name, context);
   std::int64_t v = 0;
   check_status(H5Aread(attr, H5T_NATIVE_INT64, &v), context + ": cannot read attribute " + name);
   return v;
@@ -236,6 +248,7 @@ inline std::int64_t read_attr_int(hid_t loc, const char* name, const std::string
 
 inline std::uint64_t read_attr_uint(hid_t loc, const char* name, const std::string& context) {
   Handle attr = attr_handle(H5Aopen(loc, name, H5P_DEFAULT), context + ": no attribute " + name);
+  require_single_value(attr, name, context);
   std::uint64_t v = 0;
   check_status(H5Aread(attr, H5T_NATIVE_UINT64, &v), context + ": cannot read attribute " + name);
   return v;
@@ -286,7 +299,16 @@ template <class T>
 std::vector<T> read_vector(hid_t loc, const char* name, hid_t type, const std::string& context) {
   const std::string what = context + ": cannot read " + name;
   Handle ds = dataset_handle(H5Dopen2(loc, name, H5P_DEFAULT), what);
-  std::vector<T> out(array_size(ds, what));
+  const std::size_t n = array_size(ds, what);
+  // A damaged or hostile file can declare any extent: allocate only what its stored bytes can
+  // plausibly hold (memsnap's deflate reaches ~7x on events; 1 GiB is always allowed).
+  const double declared = static_cast<double>(n) * static_cast<double>(sizeof(T));
+  const double stored = static_cast<double>(H5Dget_storage_size(ds));
+  if (declared > static_cast<double>(1ull << 30) && declared > 256.0 * stored) {
+    throw StoreError(what + ": it declares " + std::to_string(n) + " items but stores only " +
+                     std::to_string(static_cast<std::uint64_t>(stored)) + " bytes (damaged file?)");
+  }
+  std::vector<T> out(n);
   if (!out.empty()) check_status(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), what);
   return out;
 }

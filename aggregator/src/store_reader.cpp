@@ -1,5 +1,6 @@
 // Reads the HDF5 store through its root file; external links take it into the rank files, so
 // nothing here depends on the physical layout.
+#include <charconv>
 #include <algorithm>
 
 #include "hdf5_util.hpp"
@@ -273,7 +274,13 @@ std::vector<std::int64_t> StoreReader::batches(int rank) const {
     std::string name(static_cast<std::size_t>(n), '\0');
     H5Lget_name_by_idx(b, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
     Handle w = h5::group_handle(H5Gopen2(b, name.c_str(), H5P_DEFAULT), c + ": cannot open batch/" + name);
-    found.emplace_back(h5::read_attr_int(w, "window", c + "/batch/" + name), std::stoll(name));
+    // Window groups are named by their batch: anything else is damage, named as such.
+    std::int64_t batch = 0;
+    const auto [end, err] = std::from_chars(name.data(), name.data() + name.size(), batch);
+    if (err != std::errc() || end != name.data() + name.size()) {
+      throw StoreError(c + "/batch/" + name + ": a window group whose name is not a batch number");
+    }
+    found.emplace_back(h5::read_attr_int(w, "window", c + "/batch/" + name), batch);
   }
   std::sort(found.begin(), found.end());
   std::vector<std::int64_t> out;

@@ -340,7 +340,22 @@ const nlohmann::json* json_find(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
-nlohmann::json to_json(const Value& v) {
+namespace {
+// Extras are copied between pickle values and JSON recursively; deeper than this they are cut
+// (a marker string), so a hostile pickle cannot overflow the stack on its way through.
+constexpr int kMaxExtraDepth = 200;
+constexpr const char* kTooDeep = "<nested too deep for memsnap>";
+
+nlohmann::json to_json_at(const Value& v, int depth);
+ValuePtr from_json_at(const nlohmann::json& j, int depth);
+}  // namespace
+
+nlohmann::json to_json(const Value& v) { return to_json_at(v, 0); }
+ValuePtr from_json(const nlohmann::json& j) { return from_json_at(j, 0); }
+
+namespace {
+nlohmann::json to_json_at(const Value& v, int depth) {
+  if (depth > kMaxExtraDepth) return kTooDeep;
   switch (v.kind()) {
     case Kind::none: return nullptr;
     case Kind::boolean: return v.as_bool();
@@ -357,19 +372,20 @@ nlohmann::json to_json(const Value& v) {
     case Kind::list:
     case Kind::tuple: {
       auto arr = nlohmann::json::array();
-      for (const auto& i : v.items()) arr.push_back(to_json(*i));
+      for (const auto& i : v.items()) arr.push_back(to_json_at(*i, depth + 1));
       return arr;
     }
     case Kind::dict: {
       auto obj = nlohmann::json::object();
-      for (const auto& [k, val] : v.dict_items()) obj[key_text(*k)] = to_json(*val);
+      for (const auto& [k, val] : v.dict_items()) obj[key_text(*k)] = to_json_at(*val, depth + 1);
       return obj;
     }
   }
   return nullptr;
 }
 
-ValuePtr from_json(const nlohmann::json& j) {
+ValuePtr from_json_at(const nlohmann::json& j, int depth) {
+  if (depth > kMaxExtraDepth) return Value::string(kTooDeep);
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -379,17 +395,18 @@ ValuePtr from_json(const nlohmann::json& j) {
     case nlohmann::json::value_t::string: return Value::string(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       std::vector<ValuePtr> items;
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json_at(e, depth + 1));
       return Value::list(std::move(items));
     }
     case nlohmann::json::value_t::object: {
       pickle::DictItems items;
-      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(Value::string(it.key()), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(Value::string(it.key()), from_json_at(it.value(), depth + 1));
       return Value::dict(std::move(items));
     }
     default: return Value::none();
   }
 }
+}  // namespace
 
 ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
   if (!root.is_dict()) bad("top level", std::string("expected a dict, got ") + pickle::kind_name(root.kind()));

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <algorithm>
+#include <cstring>
 #include <regex>
 #include <sstream>
 
@@ -15,8 +17,17 @@ namespace {
 
 using nlohmann::json;
 
+// A value as it appears in an error line: scalars as JSON (invalid UTF-8 replaced), containers
+// by their kind only, so a hostile value can neither throw nor recurse here.
 std::string show(const json& value) {
-  std::string s = value.dump();
+  std::string s;
+  if (value.is_array()) {
+    s = "a list of " + std::to_string(value.size());
+  } else if (value.is_object()) {
+    s = "a mapping of " + std::to_string(value.size()) + " keys";
+  } else {
+    s = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }
@@ -54,7 +65,7 @@ bool as_bool(const json& v, std::string_view key, std::string_view origin) {
     if (s == "true" || s == "1" || s == "yes" || s == "on") return true;
     if (s == "false" || s == "0" || s == "no" || s == "off") return false;
   }
-  if (v.is_number_integer() && (v.get<int>() == 0 || v.get<int>() == 1)) return v.get<int>() == 1;
+  if (v.is_number_integer() && (v.get<std::int64_t>() == 0 || v.get<std::int64_t>() == 1)) return v.get<std::int64_t>() == 1;
   bad(origin, key, v, "true or false");
 }
 
@@ -65,19 +76,44 @@ std::string as_string(const json& v, std::string_view key, std::string_view orig
   bad(origin, key, v, allow_null ? "a string or null" : "a string");
 }
 
-json yaml_to_json(const YAML::Node& node) {
+// YAML text that is a plain number: digits by hand (std::regex recurses once per character,
+// so a 50 KB scalar would overflow the stack).
+bool is_integer_text(const std::string& s) {
+  std::size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  if (i == s.size() || s.size() > 20) return false;
+  for (; i < s.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+  }
+  return true;
+}
+
+bool is_real_text(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  const bool numeric = end == s.c_str() + s.size();
+  // strtod also takes "inf", "nan" and hex floats; YAML configs mean strings by those.
+  return numeric && s.find_first_of("xXnNiI") == std::string::npos;
+}
+
+constexpr int kMaxYamlDepth = 64;
+
+json yaml_to_json(const YAML::Node& node, int depth = 0) {
+  // Deep nesting, and aliases that contain themselves (`a: &x {b: *x}`), end here, not in a
+  // stack overflow inside the training process.
+  if (depth > kMaxYamlDepth) throw ConfigError("the configuration nests deeper than " + std::to_string(kMaxYamlDepth) + " levels");
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
       return nullptr;
     case YAML::NodeType::Sequence: {
       json out = json::array();
-      for (const auto& item : node) out.push_back(yaml_to_json(item));
+      for (const auto& item : node) out.push_back(yaml_to_json(item, depth + 1));
       return out;
     }
     case YAML::NodeType::Map: {
       json out = json::object();
-      for (const auto& kv : node) out[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      for (const auto& kv : node) out[kv.first.as<std::string>()] = yaml_to_json(kv.second, depth + 1);
       return out;
     }
     case YAML::NodeType::Scalar: {
@@ -86,11 +122,9 @@ json yaml_to_json(const YAML::Node& node) {
       if (s == "null" || s == "~" || s == "Null" || s == "NULL") return nullptr;
       if (s == "true" || s == "True" || s == "TRUE") return true;
       if (s == "false" || s == "False" || s == "FALSE") return false;
-      static const std::regex integer("^[-+]?[0-9]+$");
-      static const std::regex real("^[-+]?([0-9]*\\.[0-9]+|[0-9]+\\.?[0-9]*)([eE][-+]?[0-9]+)?$");
       try {
-        if (std::regex_match(s, integer)) return std::stoll(s);
-        if (std::regex_match(s, real)) return std::stod(s);
+        if (is_integer_text(s)) return std::stoll(s);
+        if (is_real_text(s)) return std::stod(s);
       } catch (const std::out_of_range&) {
       }
       return s;
@@ -154,6 +188,18 @@ Config config_from_json(const json& object, const Config& base, std::string_view
         throw ConfigError(std::string(origin) + ": " + e.what());
       }
       if (c.filename.empty()) bad(origin, key, v, "a non-empty file name template");
+      // The page name stays inside the report folder, whatever the variables hold.
+      std::string part;
+      bool climbs = c.filename.front() == '/';
+      for (std::size_t i = 0; i <= c.filename.size(); ++i) {
+        if (i == c.filename.size() || c.filename[i] == '/') {
+          climbs |= part == "..";
+          part.clear();
+        } else {
+          part += c.filename[i];
+        }
+      }
+      if (climbs) bad(origin, key, v, "a name inside the report folder (no leading '/', no '..')");
     } else if (key == "remote_file_name") {
       c.remote_file_name = as_string(v, key, origin, true);
       try {
@@ -174,6 +220,16 @@ Config config_from_json(const json& object, const Config& base, std::string_view
       c.stack_depth = as_int(v, key, origin, 1, 64, "a whole number from 1 to 64");
     } else if (key == "batch_marker") {
       c.batch_marker = as_string(v, key, origin);
+      // std::regex compiles and matches recursively: a long or deeply nested pattern could
+      // overflow the stack of the training process. Real step names need neither.
+      int depth = 0, deepest = 0;
+      for (char ch : c.batch_marker) {
+        depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
+        deepest = std::max(deepest, depth);
+      }
+      if (c.batch_marker.size() > 256 || deepest > 8) {
+        bad(origin, key, v, "a regular expression of at most 256 characters and 8 nested groups");
+      }
       std::string pattern = c.batch_marker;
       std::regex::flag_type flags = std::regex::ECMAScript;
       if (pattern.rfind("(?i)", 0) == 0) {
@@ -243,6 +299,8 @@ json read_config_file(const std::string& path) {
     } catch (const YAML::Exception& e) {
       throw ConfigError(path + ": not valid YAML (line " + std::to_string(e.mark.line + 1) +
                         "): " + e.msg);
+    } catch (const ConfigError& e) {
+      throw ConfigError(path + ": " + e.what());
     }
   }
   if (root.is_null()) return json::object();  // an empty file: all defaults
