@@ -275,6 +275,30 @@ struct ProcessOptions {
   std::optional<fs::path> part_dir;  // where to write the part file; unset: analyse only
 };
 
+/// What `memsnap run` recorded of a process that did not end well (spill/rank<R>.exit.json beside
+/// the spill): "rank 5 was killed by SIGKILL ... in batch 7". Empty when it ended with 0 or
+/// nothing was recorded.
+std::string how_the_process_ended(const fs::path& spill, const RankRecord& r) {
+  if (spill.empty() || !r.has_meta) return {};
+  const fs::path exit_file = spill.parent_path() / ("rank" + std::to_string(r.meta.rank) + ".exit.json");
+  std::ifstream in(exit_file);
+  if (!in) return {};
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.value("pid", 0L) != r.meta.pid) return {};  // another process of that rank
+    if (j.value("exit_code", 0) == 0 && j.value("signal", 0) == 0) return {};
+    std::int64_t batch = 0;
+    for (const auto& w : r.windows) {
+      for (const auto& b : w.batches) batch = std::max(batch, b.batch);
+    }
+    std::string line = "rank " + std::to_string(r.meta.rank) + " " + j.value("how", std::string("ended badly"));
+    if (batch > 0) line += " in batch " + std::to_string(batch);
+    return line;
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
 /// Loads, analyses and (optionally) writes one input. Never throws: failures are results.
 ItemResult process_item(const ItemInput& in, const ProcessOptions& o) {
   ItemResult it;
@@ -310,6 +334,9 @@ ItemResult process_item(const ItemInput& in, const ProcessOptions& o) {
   it.meta.rank = it.rank;
   it.status = status_name(r.status);
   if (!r.status_detail.empty()) it.detail = it.name + ": " + r.status_detail;
+  if (const std::string ended = how_the_process_ended(in.spill, r); !ended.empty()) {
+    it.detail = ended + (it.detail.empty() ? "" : "; " + it.detail);
+  }
   if (!has_meta && r.status == RecordStatus::ok) {
     it.status = "corrupt";
     it.detail = it.name + ": no metadata record";

@@ -143,7 +143,13 @@ TEST(Cli, ARankKilledMidWindowIsReportedWithWhatItRecorded) {
   EXPECT_TRUE(std::filesystem::exists(dir / ("run/report/rank2." + std::to_string(dead["windows"][1]["batch"].get<int>()) +
                                              ".pt.trace.memory_snapshot.html")));
   bool named = false;
-  for (const auto& f : summary["findings"]) named |= f["kind"] == "truncated" && f["rank"] == 2;
+  for (const auto& f : summary["findings"]) {
+    if (f["kind"] != "truncated" || f["rank"] != 2) continue;
+    named = true;
+    // "rank 2 killed by SIGKILL (...) in batch 6": how and when, not just that it stopped.
+    EXPECT_NE(f["detail"].get<std::string>().find("SIGKILL"), std::string::npos) << f.dump();
+    EXPECT_NE(f["detail"].get<std::string>().find("in batch 6"), std::string::npos) << f.dump();
+  }
   EXPECT_TRUE(named) << summary["findings"].dump(2);
 }
 
