@@ -449,6 +449,7 @@ struct Recorder::Impl {
   }
 
   bool flush_history() {
+    if (!spill.still_linked()) return false;  // one fstat per batch
     const auto events = history->take();
     if (events.empty()) return true;
     if (!spill.write_events(window_id, events)) return false;

@@ -285,6 +285,17 @@ bool SpillWriter::write_end(bool used_mpi) {
   return write_record(SpillRecord::end, std::vector<char>(text.begin(), text.end()));
 }
 
+bool SpillWriter::still_linked() {
+  if (fd_ < 0) return false;
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0 && st.st_nlink == 0) {
+    error_ = path_.string() + " was deleted while recording (its folder removed?)";
+    close();
+    return false;
+  }
+  return true;
+}
+
 bool SpillWriter::sync() {
   if (fd_ < 0) return false;
   if (::fdatasync(fd_) != 0 && errno != EINVAL && errno != EROFS) {

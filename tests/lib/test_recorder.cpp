@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <thread>
 
 #include "memsnap/recorder.hpp"
@@ -288,6 +290,109 @@ TEST(Recorder, TwoRunsIntoOneFolderAtOnceTheSecondRefuses) {
   Recorder third;
   EXPECT_TRUE(third.start(c, LaunchInfo{}));
   third.stop();
+}
+
+TEST(Recorder, AFolderRemovedWhileRecordingIsNoticedOnce) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.interval = 2;
+  c.repeat = -1;
+  Recorder r;
+  ASSERT_TRUE(r.start(c, LaunchInfo{}));
+  r.record_alloc(0, 0x10, 16, 0);
+  r.step();
+  std::filesystem::remove_all(dir / "spill");
+  for (int b = 0; b < 5; ++b) {
+    r.record_alloc(0, 0x100 + b, 16, 0);
+    r.step();
+  }
+  EXPECT_FALSE(r.active()) << "recording into a deleted file helps nobody";
+  r.stop();
+}
+
+// Many threads keep allocating while the main thread closes window after window.
+TEST(Recorder, ThreadsAllocatingWhileWindowsCloseLoseNothing) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.interval = 1;
+  c.repeat = -1;
+  c.max_entries = 1 << 22;
+  std::atomic<bool> go{true};
+  std::atomic<std::uint64_t> recorded{0};
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (std::uint64_t i = 0; go.load(std::memory_order_relaxed); ++i) {
+          r.record_alloc(0, (std::uint64_t(t + 1) << 36) + i * 64, 64, t);
+          recorded.fetch_add(1, std::memory_order_relaxed);
+        }
+      });
+    }
+    for (int b = 0; b < 40; ++b) {
+      usleep(2000);
+      r.step();
+    }
+    go = false;
+    for (auto& th : threads) th.join();
+    r.step();
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  EXPECT_EQ(rec.status, RecordStatus::ok) << rec.status_detail;
+  std::uint64_t stored = 0, dropped = 0;
+  for (const auto& w : rec.windows) {
+    EXPECT_TRUE(w.closed);
+    stored += w.events.size();
+    dropped += w.dropped;
+  }
+  EXPECT_EQ(stored + dropped, recorded.load()) << "every event is in a window or counted as dropped";
+  EXPECT_EQ(dropped, 0u);
+}
+
+// A program whose SIGTERM handler exits while memsnap may be writing a window: it always ends,
+// and what it wrote reads back.
+TEST(Recorder, SigtermDuringAWindowWriteNeverHangs) {
+  for (int trial = 0; trial < 12; ++trial) {
+    test::TempDir dir;
+    const pid_t child = fork();
+    if (child == 0) {
+      signal(SIGTERM, [](int) { std::exit(0); });
+      Config c = config_in(dir);
+      c.skip_batches = 0;
+      c.interval = 1;
+      c.repeat = -1;
+      Recorder& r = Recorder::global();
+      if (!r.start(c, LaunchInfo{})) _exit(2);
+      for (std::uint64_t i = 0;; ++i) {
+        r.record_alloc(0, 0x1000 + i * 64, 64, 0);
+        if (i % 5000 == 0) r.step();
+      }
+    }
+    usleep(20000 + trial * 7000);
+    kill(child, SIGTERM);
+    int status = 0;
+    pid_t done = 0;
+    for (int waited = 0; waited < 1000 && done == 0; ++waited) {  // 10 s at most
+      done = waitpid(child, &status, WNOHANG);
+      if (done == 0) usleep(10000);
+    }
+    if (done == 0) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      FAIL() << "trial " << trial << ": the program did not end within 10 s of SIGTERM";
+    }
+    EXPECT_TRUE(WIFEXITED(status)) << "trial " << trial;
+    for (const auto& p : find_spills(dir.path())) {
+      RankRecord rec;
+      EXPECT_NO_THROW(rec = read_spill(p)) << "trial " << trial;
+      EXPECT_NE(rec.status, RecordStatus::corrupt) << rec.status_detail;
+    }
+  }
 }
 
 TEST(Recorder, UnwritableFolderStepsAsideWithoutThrowing) {

@@ -87,6 +87,9 @@ class SpillWriter {
                           bool oom, std::uint64_t dropped);
   bool write_end(bool used_mpi = false);
   bool sync();  // fdatasync: called when a window closes
+  // False (with error() set) when the file was deleted under us, e.g. its folder removed: writes
+  // would still succeed, into a file nobody can read.
+  bool still_linked();
   void close();
 
  private:
