@@ -14,10 +14,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 extern "C" __attribute__((weak)) int LLVMFuzzerInitialize(int* argc, char*** argv);
 
-#if defined(__SANITIZE_ADDRESS__)
+// Sanitizers reserve terabytes of address space: no RLIMIT_AS under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define MEMSNAP_REPLAY_ASAN 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define MEMSNAP_REPLAY_ASAN 1
 #endif
 #endif
