@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libdw-dev zlib1g-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   chromium
+  clang libclang-rt-14-dev
   python3 python3-h5py python3-numpy
 )
 
