@@ -17,8 +17,33 @@ std::vector<char> read_table(hid_t file, const char* name, const layout::RowLayo
   const std::string what = c + ": cannot read /" + name;
   Handle ds = h5::dataset_handle(H5Dopen2(file, name, H5P_DEFAULT), what);
   const std::size_t n = h5::array_size(ds, what);
-  std::vector<char> bytes(n * l.size());
   Handle t = l.compound_type();
+  // The file's row type must be memsnap's: the same fields, of the same classes, inside the row.
+  // HDF5's own conversion of a damaged compound type can read out of bounds.
+  Handle ft = h5::type_handle(H5Dget_type(ds), what);
+  const int members = H5Tget_nmembers(t);
+  if (H5Tget_class(ft) != H5T_COMPOUND || H5Tget_nmembers(ft) != members) {
+    throw StoreError(what + ": not a memsnap table (its row type differs)");
+  }
+  const std::size_t row = H5Tget_size(ft);
+  for (int i = 0; i < members; ++i) {
+    char* want = H5Tget_member_name(t, static_cast<unsigned>(i));
+    char* have = H5Tget_member_name(ft, static_cast<unsigned>(i));
+    const bool same_name = want != nullptr && have != nullptr && std::string(want) == have;
+    H5free_memory(want);
+    H5free_memory(have);
+    Handle member = h5::type_handle(H5Tget_member_type(ft, static_cast<unsigned>(i)), what);
+    const bool fits = H5Tget_member_offset(ft, static_cast<unsigned>(i)) + H5Tget_size(member) <= row;
+    if (!same_name || !fits || H5Tget_member_class(ft, static_cast<unsigned>(i)) != H5Tget_member_class(t, static_cast<unsigned>(i))) {
+      throw StoreError(what + ": not a memsnap table (field " + std::to_string(i) + " differs)");
+    }
+  }
+  const double stored = static_cast<double>(H5Dget_storage_size(ds));
+  if (static_cast<double>(n) * static_cast<double>(row) > 256.0 * stored + static_cast<double>(1u << 20)) {
+    throw StoreError(what + ": it declares " + std::to_string(n) + " rows but stores only " +
+                     std::to_string(static_cast<std::uint64_t>(stored)) + " bytes (damaged file?)");
+  }
+  std::vector<char> bytes(n * l.size());
   if (n > 0) h5::check_status(H5Dread(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), what);
   return bytes;
 }

@@ -591,26 +591,53 @@ RankMeta meta_from_json(const std::string& text) {
     throw std::runtime_error("metadata is not valid JSON");
   }
   if (!j.is_object()) throw std::runtime_error("metadata is not a JSON object");
-  try {
-    m.rank = j.value("rank", 0);
-    m.local_rank = j.value("local_rank", 0);
-    m.world_size = j.value("world_size", 1);
-    m.local_world_size = j.value("local_world_size", 1);
-    m.node_rank = j.value("node_rank", 0);
-    m.host = j.value("host", "");
-    m.pid = j.value("pid", std::int64_t{0});
-    m.run_name = j.value("run_name", "");
-    m.source = j.value("source", "api");
-    m.device_name = j.value("device_name", "");
-    m.config_json = j.value("config", "");
-    m.tool_version = j.value("tool_version", "");
-    m.start_unix_ns = j.value("start_unix_ns", std::int64_t{0});
-    m.clock_offset_ns = j.value("clock_offset_ns", std::int64_t{0});
-    m.device_total_bytes = j.value("device_total_bytes", std::vector<std::uint64_t>{});
-  } catch (const nlohmann::json::exception&) {
-    throw std::runtime_error("metadata has a field of the wrong type");
+  // Whole numbers only, in range: a float such as 1e300 converted to an integer is undefined.
+  auto integer = [&](const char* key, std::int64_t fallback, std::int64_t lo, std::int64_t hi) -> std::int64_t {
+    const auto it = j.find(key);
+    if (it == j.end()) return fallback;
+    std::int64_t v = 0;
+    if (it->is_number_unsigned()) {
+      const auto u = it->get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(INT64_MAX)) throw std::runtime_error(std::string("metadata field ") + key + " is out of range");
+      v = static_cast<std::int64_t>(u);
+    } else if (it->is_number_integer()) {
+      v = it->get<std::int64_t>();
+    } else {
+      throw std::runtime_error(std::string("metadata field ") + key + " is not a whole number");
+    }
+    if (v < lo || v > hi) throw std::runtime_error(std::string("metadata field ") + key + " is out of range");
+    return v;
+  };
+  auto text_of = [&](const char* key, const char* fallback) -> std::string {
+    const auto it = j.find(key);
+    if (it == j.end()) return fallback;
+    if (!it->is_string()) throw std::runtime_error(std::string("metadata field ") + key + " is not text");
+    return it->get<std::string>();
+  };
+  constexpr std::int64_t kMaxRanks = 1 << 24;
+  m.rank = static_cast<int>(integer("rank", 0, 0, kMaxRanks - 1));
+  m.local_rank = static_cast<int>(integer("local_rank", 0, 0, kMaxRanks - 1));
+  m.world_size = static_cast<int>(integer("world_size", 1, 1, kMaxRanks));
+  m.local_world_size = static_cast<int>(integer("local_world_size", 1, 1, kMaxRanks));
+  m.node_rank = static_cast<int>(integer("node_rank", 0, 0, kMaxRanks - 1));
+  m.host = text_of("host", "");
+  m.pid = integer("pid", 0, 0, INT64_MAX);
+  m.run_name = text_of("run_name", "");
+  m.source = text_of("source", "api");
+  m.device_name = text_of("device_name", "");
+  m.config_json = text_of("config", "");
+  m.tool_version = text_of("tool_version", "");
+  m.start_unix_ns = integer("start_unix_ns", 0, INT64_MIN, INT64_MAX);
+  m.clock_offset_ns = integer("clock_offset_ns", 0, INT64_MIN, INT64_MAX);
+  if (const auto it = j.find("device_total_bytes"); it != j.end()) {
+    if (!it->is_array() || it->size() > 4096) throw std::runtime_error("metadata field device_total_bytes is not a short list");
+    for (const auto& v : *it) {
+      if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
+        throw std::runtime_error("metadata field device_total_bytes holds something other than byte counts");
+      }
+      m.device_total_bytes.push_back(v.get<std::uint64_t>());
+    }
   }
-  if (m.rank < 0 || m.world_size < 1 || m.rank >= (1 << 24)) throw std::runtime_error("metadata has an impossible rank or world size");
   return m;
 }
 
