@@ -93,15 +93,14 @@ std::optional<std::pair<int, std::int64_t>> parse_rank_batch(const std::string& 
 }
 
 int import_main(const ImportCliOptions& o) {
-  std::unique_ptr<mpi::Session> session;
-  std::unique_ptr<mpi::Comm> comm;
+  std::unique_ptr<mpi::World> mpi_world;
   try {
-    session = std::make_unique<mpi::Session>();
-    comm = std::make_unique<mpi::Comm>(MPI_COMM_WORLD);
+    mpi_world = std::make_unique<mpi::World>();
   } catch (const std::exception& e) {
     std::cerr << "memsnap import: " << e.what() << "\n";
     return 1;
   }
+  const mpi::Comm* comm = &mpi_world->comm;
   const bool root = comm->rank() == 0;
   auto fail = [&](const std::string& line) {
     if (root) std::cerr << "memsnap import: " << line << "\n";

@@ -89,6 +89,13 @@ class Comm {
   int m_size = 1;
 };
 
+/// MPI for one command: initialised when nobody did (and finalised at the end then), and a
+/// private duplicate of MPI_COMM_WORLD. Throws AggregateError.
+struct World {
+  Session session;
+  Comm comm{MPI_COMM_WORLD};
+};
+
 /// Broadcasts a byte buffer from `root` (resized on the receivers).
 inline void bcast_bytes(const Comm& comm, std::vector<char>& bytes, int root) {
   std::uint64_t n = bytes.size();

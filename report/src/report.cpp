@@ -72,15 +72,14 @@ std::string page_name(const std::string& tmpl, const std::string& run_name, cons
 }
 
 int report_main(const ReportOptions& options) {
-  std::unique_ptr<mpi::Session> session;
-  std::unique_ptr<mpi::Comm> comm;
+  std::unique_ptr<mpi::World> mpi_world;
   try {
-    session = std::make_unique<mpi::Session>();
-    comm = std::make_unique<mpi::Comm>(MPI_COMM_WORLD);
+    mpi_world = std::make_unique<mpi::World>();
   } catch (const std::exception& e) {
     std::cerr << "memsnap report: " << e.what() << "\n";
     return 1;
   }
+  const mpi::Comm* comm = &mpi_world->comm;
   const bool root = comm->rank() == 0;
   std::string error;  // this rank's first error, agreed on collectively below
   auto agree = [&] { return mpi::agree_on_error(*comm, error); };
