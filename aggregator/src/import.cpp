@@ -44,22 +44,6 @@ void merge_into(RankRecord& into, RankRecord&& from) {
   }
 }
 
-bool write_as_spill(const RankRecord& r, const fs::path& path, std::string& error) {
-  SpillWriter w;
-  bool ok = w.open(path) && w.write_meta(r.meta) && w.write_frames(0, r.frames) && w.write_stacks(0, r.stacks);
-  for (std::size_t i = 0; ok && i < r.windows.size(); ++i) {
-    const WindowRecord& win = r.windows[i];
-    const auto id = static_cast<std::uint32_t>(i);
-    ok = w.write_window_open(id, win.batch_start, win.open_time_ns, win.live_at_start);
-    for (const auto& b : win.batches) ok = ok && w.write_batch(id, b);
-    ok = ok && w.write_events(id, win.events) && w.write_segments(id, win.segments) &&
-         w.write_window_close(id, win.batch_end, win.close_time_ns, win.oom, win.dropped);
-  }
-  ok = ok && w.write_end(false);
-  if (!ok) error = w.error();
-  return ok;
-}
-
 }  // namespace
 
 std::optional<std::pair<int, std::int64_t>> parse_rank_batch(const std::string& file_name, const std::string& tmpl) {
@@ -189,7 +173,7 @@ int import_main(const ImportCliOptions& o) {
     if (!error.empty() || first) continue;  // nothing readable: the rank comes out missing
     (void)bad;
     std::string werr;
-    if (!write_as_spill(merged, spill_dir / spill_file_name(rank, merged.meta.pid), werr)) error = werr;
+    if (!write_spill(merged, spill_dir / spill_file_name(rank, merged.meta.pid), werr)) error = werr;
   }
   int code = 0;
   if (const std::string first = mpi::agree_on_error(*comm, error); !first.empty()) {

@@ -545,6 +545,22 @@ RankRecord read_spill(const std::filesystem::path& path) {
   return read_spill_bytes(std::span(static_cast<const char*>(map), size), path.string());
 }
 
+bool write_spill(const RankRecord& r, const std::filesystem::path& path, std::string& error) {
+  SpillWriter w;
+  bool ok = w.open(path) && w.write_meta(r.meta) && w.write_frames(0, r.frames) && w.write_stacks(0, r.stacks);
+  for (std::size_t i = 0; ok && i < r.windows.size(); ++i) {
+    const WindowRecord& win = r.windows[i];
+    const auto id = static_cast<std::uint32_t>(i);
+    ok = w.write_window_open(id, win.batch_start, win.open_time_ns, win.live_at_start);
+    for (const auto& b : win.batches) ok = ok && w.write_batch(id, b);
+    ok = ok && w.write_events(id, win.events) && w.write_segments(id, win.segments) &&
+         w.write_window_close(id, win.batch_end, win.close_time_ns, win.oom, win.dropped);
+  }
+  ok = ok && w.write_end(r.used_mpi);
+  if (!ok) error = w.error();
+  return ok;
+}
+
 std::vector<std::filesystem::path> find_spills(const std::filesystem::path& run_dir) {
   std::vector<std::filesystem::path> out;
   for (const auto& dir : {run_dir / "spill", run_dir}) {

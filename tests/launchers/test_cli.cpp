@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memsnap/spill.hpp"
 #include "test_util.hpp"
 
 namespace memsnap {
@@ -151,6 +152,41 @@ TEST(Cli, ARankKilledMidWindowIsReportedWithWhatItRecorded) {
     EXPECT_NE(f["detail"].get<std::string>().find("in batch 6"), std::string::npos) << f.dump();
   }
   EXPECT_TRUE(named) << summary["findings"].dump(2);
+}
+
+// Nodes whose clocks differ by an hour: the record lines up by batch, the findings are the same.
+TEST(Cli, ClocksThatDifferBetweenNodesStillLineUpByBatch) {
+  test::TempDir dir;
+  test::write_file(dir / "m.yaml", "run_name: t\nfolder: " + (dir / "run").string() + "\n");
+  auto r = sh(kMpirun + " -np 3 " + kMemsnap + " run --no-aggregate --config " + (dir / "m.yaml").string() + " -- " + kSim +
+              " --step-us 0 --batches 5 --layers 2 --hidden 256 --leak-rank 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Rank 1 as if its node's clock ran an hour ahead.
+  const std::int64_t hour = 3600'000'000'000;
+  for (const auto& p : find_spills(dir / "run")) {
+    RankRecord rec = read_spill(p);
+    if (rec.meta.rank != 1) continue;
+    for (auto& w : rec.windows) {
+      w.open_time_ns += hour;
+      w.close_time_ns += hour;
+      for (auto& e : w.events) e.time_ns += hour;
+      for (auto& b : w.batches) b.time_ns += hour;
+      for (auto& a : w.live_at_start) a.time_ns += hour;
+    }
+    std::filesystem::remove(p);
+    std::string error;
+    ASSERT_TRUE(write_spill(rec, p, error)) << error;
+  }
+  r = sh(kMemsnap + " aggregate " + (dir / "run").string() + " && " + kMemsnap + " report " + (dir / "run/memsnap.h5").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json summary = read_json(dir / "run/report/summary.json");
+  const std::vector<std::pair<std::string, int>> expected = {{"leak", 2}};
+  EXPECT_EQ(findings_of(summary), expected) << summary["findings"].dump(2);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(summary["ranks"][rank]["windows"][0]["batch_start"], 2);
+    EXPECT_EQ(summary["ranks"][rank]["windows"][0]["batch"], 4);
+  }
+  EXPECT_EQ(summary["ranks"][1]["windows"][0]["peak_allocated"], summary["ranks"][0]["windows"][0]["peak_allocated"]);
 }
 
 TEST(Cli, RunReturnsTheChildsExitCodeAndRecordsHowItEnded) {

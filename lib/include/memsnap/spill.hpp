@@ -111,6 +111,10 @@ class SpillError : public std::runtime_error {
 RankRecord read_spill(const std::filesystem::path& path);
 RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name);
 
+// Writes a whole record as one spill (import, tests): every window closed, an END record.
+// Returns false with `error` set when a write fails; never replaces an existing file.
+bool write_spill(const RankRecord& record, const std::filesystem::path& path, std::string& error);
+
 // The spill files of a run folder (RUN_DIR/spill/*.spill or RUN_DIR/*.spill), sorted by name.
 std::vector<std::filesystem::path> find_spills(const std::filesystem::path& run_dir);
 
