@@ -65,6 +65,9 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
       v.reserved = std::max(v.reserved, w->peak_reserved);
       v.persistent = std::min(v.persistent, w->persistent);
       v.baseline = std::min(v.baseline, w->live_at_open);
+      // Growth counts only windows that closed at a batch boundary: one cut short by an OOM or
+      // a kill closed mid-batch, holding that batch's working memory.
+      if (w->oom || w->status != "ok") continue;
       growth += static_cast<std::int64_t>(w->live_at_close) - static_cast<std::int64_t>(w->live_at_open);
       v.batches += w->batch_end - w->batch_start + 1;
     }
@@ -189,6 +192,10 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     // Every batch of the rank ends holding at least as much as the one before.
     bool monotone = true;
     for (const auto* d : digests_of[r]) {
+      const bool cut_short = std::any_of(v.windows.begin(), v.windows.end(), [&](const SummaryRow* w) {
+        return w->batch_end == d->batch && (w->oom || w->status != "ok");
+      });
+      if (cut_short) continue;
       for (std::size_t i = 1; i < d->batches.size(); ++i) monotone &= d->batches[i].live_at_end >= d->batches[i - 1].live_at_end;
     }
     if (!monotone) continue;

@@ -90,6 +90,18 @@ TEST(CrossRank, EachRuleNamesItsRank) {
   }
 }
 
+TEST(CrossRank, AWindowCutShortByOomIsNotALeak) {
+  FakeRun run(4);
+  for (int r = 0; r < 4; ++r) run.window(r, 100 * MiB, 100 * MiB, 500 * MiB);
+  // Rank 1's window closed at its OOM, mid-batch, holding that batch's activations.
+  run.info.rows[1].live_at_close = 300 * MiB;
+  run.info.rows[1].oom = true;
+  run.info.rows[1].oom_requested = 8192 * MiB;
+  run.digests[1].batches.back().live_at_end = 300 * MiB;
+  const std::vector<std::pair<std::string, int>> expected = {{"oom", 1}};
+  EXPECT_EQ(kinds(run.findings()), expected) << run.findings().dump(2);
+}
+
 TEST(CrossRank, MissingAndTruncatedRanksAreFindings) {
   FakeRun run(4);
   run.window(0, MiB, MiB, 10 * MiB);
