@@ -101,6 +101,29 @@ std::vector<int> wait_for_ranks(const fs::path& spill_dir, int world, double sec
   }
 }
 
+// Aggregates the run folder (keeping going past bad ranks) and renders the report, in one MPI
+// session for both stages: each would otherwise finalise it behind the other. Collective over
+// whoever calls it; errors are printed by the stages themselves.
+void gather_and_report(const fs::path& run_dir, const fs::path& store, bool overwrite, bool report, int rank,
+                       const std::string& on_mpi_failure) {
+  std::unique_ptr<mpi::Session> session;
+  try {
+    session = std::make_unique<mpi::Session>();
+  } catch (const std::exception& e) {
+    say(rank, e.what() + on_mpi_failure);
+    return;
+  }
+  AggregateOptions ao;
+  ao.run_dir = run_dir;
+  ao.overwrite = overwrite;
+  ao.keep_going = true;
+  if (aggregate_main(ao) != 0 || !report) return;
+  ReportOptions ro;
+  ro.store = store;
+  ro.overwrite = overwrite;
+  report_main(ro);
+}
+
 }  // namespace
 
 std::string describe_exit(int status, int& exit_code, int& sig, bool& core) {
@@ -244,25 +267,8 @@ int run_main(const RunOptions& o) {
       return code;
     }
     const auto missing = wait_for_ranks(spill_dir, launch.world_size, o.wait_seconds, rank, true);
-    AggregateOptions ao;
-    ao.run_dir = run_dir;
-    ao.overwrite = config.overwrite;
-    ao.keep_going = true;
     if (!missing.empty()) say(rank, std::to_string(missing.size()) + " rank(s) did not finish in time; they are marked in the store");
-    std::unique_ptr<mpi::Session> session;
-    try {
-      session = std::make_unique<mpi::Session>();
-    } catch (const std::exception& e) {
-      say(rank, e.what());
-      return code;
-    }
-    if (aggregate_main(ao) != 0) return code;
-    if (o.report) {
-      ReportOptions ro;
-      ro.store = store;
-      ro.overwrite = config.overwrite;
-      report_main(ro);
-    }
+    gather_and_report(run_dir, store, config.overwrite, o.report, rank, "");
     return code;
   }
 
@@ -293,25 +299,7 @@ int run_main(const RunOptions& o) {
     if (rank == 0) say(rank, "recorded in " + spill_dir.string() + " (" + why + "); to see it: " + follow_up);
     return code;
   }
-  // One MPI session for both stages (each would otherwise finalise it behind the other).
-  std::unique_ptr<mpi::Session> session;
-  try {
-    session = std::make_unique<mpi::Session>();
-  } catch (const std::exception& e) {
-    say(rank, std::string(e.what()) + "; to see the record: " + follow_up);
-    return code;
-  }
-  AggregateOptions ao;
-  ao.run_dir = run_dir;
-  ao.overwrite = config.overwrite;
-  ao.keep_going = true;
-  if (aggregate_main(ao) == 0 && o.report) {
-    ReportOptions ro;
-    ro.store = store;
-    ro.overwrite = config.overwrite;
-    ro.quiet = false;
-    report_main(ro);
-  }
+  gather_and_report(run_dir, store, config.overwrite, o.report, rank, "; to see the record: " + follow_up);
   return code;
 }
 
