@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -280,6 +281,28 @@ bool SpillWriter::write_window_close(std::uint32_t window, std::int64_t batch_en
   return write_record(SpillRecord::window_close, e.bytes());
 }
 
+bool SpillWriter::write_window_batches(std::uint32_t window, std::string_view method, double confidence,
+                                       std::string_view detail) {
+  Encoder e;
+  e.put(window);
+  e.str(method);
+  e.put(confidence);
+  e.str(detail);
+  return write_record(SpillRecord::window_batches, e.bytes());
+}
+
+bool SpillWriter::write_window_extras(std::uint32_t window, std::string_view json) {
+  // Pieces well under the record limit; the reader concatenates them.
+  constexpr std::size_t piece = kMaxRecordPayload / 4;
+  for (std::size_t i = 0; i < json.size(); i += piece) {
+    const std::string_view part = json.substr(i, piece);
+    if (!write_record(SpillRecord::window_extras, {bytes_of(std::span<const std::uint32_t>(&window, 1)),
+                                                   std::span<const char>(part.data(), part.size())}))
+      return false;
+  }
+  return true;
+}
+
 bool SpillWriter::write_end(bool used_mpi) {
   const std::string text = used_mpi ? R"({"used_mpi":true})" : R"({"used_mpi":false})";
   return write_record(SpillRecord::end, std::vector<char>(text.begin(), text.end()));
@@ -419,6 +442,19 @@ void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& o
       w.status = RecordStatus::ok;
       break;
     }
+    case SpillRecord::window_batches: {
+      auto& w = window_of(d.get<std::uint32_t>());
+      w.batch_method = d.str();
+      w.batch_confidence = d.get<double>();
+      w.batch_detail = d.str();
+      if (!std::isfinite(w.batch_confidence)) throw std::runtime_error("a batch confidence that is not a number");
+      break;
+    }
+    case SpillRecord::window_extras: {
+      auto& w = window_of(d.get<std::uint32_t>());
+      w.source_extras.append(payload.data() + sizeof(std::uint32_t), payload.size() - sizeof(std::uint32_t));
+      break;
+    }
     case SpillRecord::end:
       out.ended = true;
       if (!payload.empty()) {
@@ -452,9 +488,10 @@ RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name
   }
   std::uint32_t version = 0;
   std::memcpy(&version, bytes.data() + 8, 4);
-  if (version != kSpillVersion) {
+  if (version < kSpillOldestVersion || version > kSpillVersion) {
     throw SpillError(name + ": spill format version " + std::to_string(version) +
-                     " is not supported (this memsnap reads version " + std::to_string(kSpillVersion) + ")");
+                     " is not supported (this memsnap reads versions " + std::to_string(kSpillOldestVersion) + " to " +
+                     std::to_string(kSpillVersion) + ")");
   }
 
   std::map<std::uint32_t, std::size_t> window_index;
@@ -553,7 +590,10 @@ bool write_spill(const RankRecord& r, const std::filesystem::path& path, std::st
     const auto id = static_cast<std::uint32_t>(i);
     ok = w.write_window_open(id, win.batch_start, win.open_time_ns, win.live_at_start);
     for (const auto& b : win.batches) ok = ok && w.write_batch(id, b);
-    ok = ok && w.write_events(id, win.events) && w.write_segments(id, win.segments) &&
+    ok = ok && w.write_events(id, win.events) && w.write_segments(id, win.segments);
+    if (win.batch_method != "recorded" || win.batch_confidence != 1.0 || !win.batch_detail.empty())
+      ok = ok && w.write_window_batches(id, win.batch_method, win.batch_confidence, win.batch_detail);
+    ok = ok && w.write_window_extras(id, win.source_extras) &&
          w.write_window_close(id, win.batch_end, win.close_time_ns, win.oom, win.dropped);
   }
   ok = ok && w.write_end(r.used_mpi);

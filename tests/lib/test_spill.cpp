@@ -92,6 +92,65 @@ TEST(Spill, RoundTripIsExact) {
   EXPECT_EQ(w.segments, r.windows[0].segments);
 }
 
+// What import writes (write_spill): how the batches were found and the torch extras, which
+// may be larger than one record.
+TEST(Spill, BatchMethodAndSourceExtrasRoundTrip) {
+  test::TempDir dir;
+  RankRecord r = sample();
+  r.windows[0].batch_method = "recurring_frame";
+  r.windows[0].batch_confidence = 0.625;
+  r.windows[0].batch_detail = "frame 'step' of adamw.py, every 412 events";
+  std::string extras = R"({"segments":[{"stack":1}],"other_keys":{"k":")";
+  extras += std::string(kMaxRecordPayload / 4 * 2 + 123, 'x');  // three records' worth
+  extras += "\"}}";
+  r.windows[0].source_extras = extras;
+  std::string error;
+  ASSERT_TRUE(write_spill(r, dir / "r.spill", error)) << error;
+  const RankRecord back = read_spill(dir / "r.spill");
+  EXPECT_EQ(back.status, RecordStatus::ok) << back.status_detail;
+  ASSERT_EQ(back.windows.size(), 1u);
+  EXPECT_EQ(back.windows[0].batch_method, "recurring_frame");
+  EXPECT_EQ(back.windows[0].batch_confidence, 0.625);
+  EXPECT_EQ(back.windows[0].batch_detail, r.windows[0].batch_detail);
+  EXPECT_EQ(back.windows[0].source_extras, extras);
+  EXPECT_EQ(back.windows[0].events.size(), 3u);
+
+  // A recorded window without extras writes neither record: the defaults come back.
+  std::string plain_error;
+  ASSERT_TRUE(write_spill(sample(), dir / "p.spill", plain_error)) << plain_error;
+  const RankRecord plain = read_spill(dir / "p.spill");
+  ASSERT_EQ(plain.windows.size(), 1u);
+  EXPECT_EQ(plain.windows[0].batch_method, "recorded");
+  EXPECT_EQ(plain.windows[0].batch_confidence, 1.0);
+  EXPECT_TRUE(plain.windows[0].batch_detail.empty());
+  EXPECT_TRUE(plain.windows[0].source_extras.empty());
+}
+
+// A spill of format version 1 (memsnap before batch inference), kept in the fuzz corpus as the
+// old recorder wrote it, still reads: every window with the defaults.
+TEST(Spill, Version1FilesStillRead) {
+  const auto path = std::filesystem::path(MEMSNAP_SOURCE_DIR) / "tests/fuzz/corpus/spill/fsdp_sim_a.spill";
+  const std::string bytes = test::read_file(path);
+  ASSERT_GE(bytes.size(), kSpillHeaderBytes);
+  std::uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  ASSERT_EQ(version, 1u) << "the fixture is a version 1 file";
+  const RankRecord r = read_spill(path);
+  ASSERT_FALSE(r.windows.empty()) << r.status_detail;
+  for (const auto& w : r.windows) {
+    EXPECT_EQ(w.batch_method, "recorded");
+    EXPECT_EQ(w.batch_confidence, 1.0);
+    EXPECT_TRUE(w.source_extras.empty());
+    EXPECT_FALSE(w.events.empty());
+  }
+  // And a file this memsnap writes says version 2.
+  test::TempDir dir;
+  const std::string now = write_sample(dir / "n.spill", sample());
+  std::memcpy(&version, now.data() + 8, 4);
+  EXPECT_EQ(version, kSpillVersion);
+  EXPECT_EQ(kSpillVersion, 2u);
+}
+
 TEST(Spill, NeverClobbersAnExistingFile) {
   test::TempDir dir;
   test::write_file(dir / "r.spill", "precious");
@@ -146,6 +205,15 @@ TEST(Spill, NotASpillIsOneClearError) {
   }
   std::string future = write_sample(dir / "f.spill", sample());
   future[8] = 99;
+  try {
+    read_spill_bytes(std::span(future.data(), future.size()), "f");
+    FAIL();
+  } catch (const SpillError& e) {
+    EXPECT_NE(std::string(e.what()).find("version 99 is not supported (this memsnap reads versions 1 to 2)"),
+              std::string::npos)
+        << e.what();
+  }
+  future[8] = 0;
   EXPECT_THROW(read_spill_bytes(std::span(future.data(), future.size()), "f"), SpillError);
 }
 

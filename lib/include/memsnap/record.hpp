@@ -52,6 +52,16 @@ struct WindowRecord {
   std::vector<BatchMark> batches;        // batch starts inside the window
   std::vector<Segment> segments;         // allocator state at window end (may be empty)
   RecordStatus status = RecordStatus::ok;
+  // How `batches` were found: "recorded" (the source marked them: NVTX, the C API, step-like
+  // annotations in a torch trace), or inferred from the trace by "recurring_annotation",
+  // "recurring_frame" or "periodicity"; "none" when a trace without marks yielded none.
+  std::string batch_method = "recorded";
+  double batch_confidence = 1.0;  // 0..1: how well the inferred boundaries fit (1 for recorded)
+  std::string batch_detail;       // human words: which annotation or frame, the period, ...
+  // What a torch snapshot held that the event model has no place for (see
+  // torch::ImportResult::extras), as JSON text; empty for other sources. Kept so that export
+  // gives the pickle back.
+  std::string source_extras;
 };
 
 // Everything one rank (one process) recorded.

@@ -22,7 +22,13 @@
 //                     u8 state | u32 stack_id))
 //     9 WINDOW_CLOSE  u32 window | i64 batch_end | i64 close_time_ns | u8 oom | u64 dropped
 //    10 END           JSON text (may be empty): how the process ended, e.g. {"used_mpi": true}
+//    11 WINDOW_BATCHES  u32 window | str batch_method | f64 batch_confidence | str batch_detail
+//                     (version 2; absent: "recorded", 1.0, "")
+//    12 WINDOW_EXTRAS u32 window | bytes: a piece of the window's source_extras (JSON text); the
+//                     pieces of a window concatenate in file order (version 2; absent: empty)
 //
+// Version 2 added records 11 and 12, written only for windows whose values differ from the
+// defaults; a version 1 file reads as a version 2 file without them.
 // Every record is written whole with one write(2), so a process killed at any moment leaves a file
 // whose complete records all read back; the reader reports the cut as `truncated`. A file
 // without END was not shut down cleanly (killed, crashed, or still running).
@@ -34,6 +40,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memsnap/record.hpp"
@@ -41,7 +48,8 @@
 namespace memsnap {
 
 inline constexpr char kSpillMagic[8] = {'M', 'S', 'N', 'P', 'S', 'P', 'I', 'L'};
-inline constexpr std::uint32_t kSpillVersion = 1;
+inline constexpr std::uint32_t kSpillVersion = 2;
+inline constexpr std::uint32_t kSpillOldestVersion = 1;  // the oldest this reader reads
 inline constexpr std::uint32_t kSpillHeaderBytes = 24;
 inline constexpr std::uint32_t kRecordHeaderBytes = 16;
 inline constexpr std::uint32_t kMaxRecordPayload = 64u << 20;
@@ -58,6 +66,8 @@ enum class SpillRecord : std::uint32_t {
   segments = 8,
   window_close = 9,
   end = 10,
+  window_batches = 11,
+  window_extras = 12,
 };
 
 // Appends records to one spill file. Never throws: every call returns false once a write failed,
@@ -85,6 +95,11 @@ class SpillWriter {
   bool write_segments(std::uint32_t window, std::span<const Segment> segments);
   bool write_window_close(std::uint32_t window, std::int64_t batch_end, std::int64_t time_ns,
                           bool oom, std::uint64_t dropped);
+  // How the window's batches were found (WindowRecord::batch_method, ...); write it only when
+  // they were not recorded by the source: a window without this record reads as "recorded".
+  bool write_window_batches(std::uint32_t window, std::string_view method, double confidence, std::string_view detail);
+  // The window's source_extras, in as many records as its size needs.
+  bool write_window_extras(std::uint32_t window, std::string_view json);
   bool write_end(bool used_mpi = false);
   bool sync();  // fdatasync: called when a window closes
   // False (with error() set) when the file was deleted under us, e.g. its folder removed: writes
