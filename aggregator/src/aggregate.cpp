@@ -133,6 +133,8 @@ void encode(Encoder& e, const SummaryRow& r) {
   e.put(r.oom_requested);
   e.str(r.status);
   e.put(r.category_bytes);
+  e.str(r.batch_method);
+  e.put(r.batch_confidence);
 }
 
 SummaryRow decode_row(Decoder& d) {
@@ -159,6 +161,8 @@ SummaryRow decode_row(Decoder& d) {
   r.oom_requested = d.get<std::uint64_t>();
   r.status = d.str();
   r.category_bytes = d.get<std::array<std::uint64_t, kCategoryCount>>();
+  r.batch_method = d.str();
+  r.batch_confidence = d.get<double>();
   return r;
 }
 
@@ -972,6 +976,8 @@ nlohmann::json info_json(const std::string& run_name, int world_size, const std:
     w["live_at_close"] = row.live_at_close;
     w["oom"] = row.oom;
     w["status"] = row.status;
+    w["batch_method"] = row.batch_method;
+    w["batch_confidence"] = row.batch_confidence;
     out_ranks[it->second]["windows"].push_back(std::move(w));
   }
   j["ranks"] = std::move(out_ranks);
@@ -1038,6 +1044,14 @@ void print_info_table(const nlohmann::json& info, std::ostream& out) {
     }
     for (const auto& w : r.at("windows")) {
       const std::string ws = w.at("status").get<std::string>();
+      if (const std::string method = w.value("batch_method", std::string("recorded")); method != "recorded") {
+        char confidence[16];
+        std::snprintf(confidence, sizeof confidence, "%.2f", w.value("batch_confidence", 0.0));
+        const std::string where = "rank " + rank + " batch " + std::to_string(w.at("batch").get<std::int64_t>()) + ": ";
+        notes.push_back(where + (method == "none"
+                                     ? std::string("no batch boundaries found in the trace")
+                                     : "batch boundaries inferred (" + method + ", confidence " + confidence + ")"));
+      }
       table.push_back({rank, ws != "ok" || status == "ok" ? ws : status, host,
                        std::to_string(w.at("batch_start").get<std::int64_t>()) + "-" + std::to_string(w.at("batch").get<std::int64_t>()),
                        std::to_string(w.at("events").get<std::uint64_t>()), std::to_string(w.at("dropped").get<std::uint64_t>()),

@@ -195,6 +195,10 @@ inline void write_attr(hid_t loc, const char* name, int value, const std::string
   write_attr(loc, name, static_cast<std::int64_t>(value), context);
 }
 
+inline void write_attr(hid_t loc, const char* name, double value, const std::string& context) {
+  write_attr(loc, name, H5T_NATIVE_DOUBLE, &value, context);
+}
+
 inline void write_attr(hid_t loc, const char* name, bool value, const std::string& context) {
   const std::uint8_t v = value ? 1 : 0;
   write_attr(loc, name, H5T_NATIVE_UINT8, &v, context);
@@ -251,6 +255,14 @@ inline std::uint64_t read_attr_uint(hid_t loc, const char* name, const std::stri
   require_single_value(attr, name, context);
   std::uint64_t v = 0;
   check_status(H5Aread(attr, H5T_NATIVE_UINT64, &v), context + ": cannot read attribute " + name);
+  return v;
+}
+
+inline double read_attr_double(hid_t loc, const char* name, const std::string& context) {
+  Handle attr = attr_handle(H5Aopen(loc, name, H5P_DEFAULT), context + ": no attribute " + name);
+  require_single_value(attr, name, context);
+  double v = 0;
+  check_status(H5Aread(attr, H5T_NATIVE_DOUBLE, &v), context + ": cannot read attribute " + name);
   return v;
 }
 

@@ -220,8 +220,10 @@ inline std::size_t member_string_width(hid_t compound_type, const char* name, st
 
 inline std::string category_column(int c) { return std::string(category_name(static_cast<Category>(c))) + "_at_peak"; }
 
-/// /summary's columns. Widths (including the NUL) are those of host, device and status.
-inline RowLayout summary_layout(std::size_t host_w, std::size_t device_w, std::size_t status_w) {
+/// /summary's columns. Widths (including the NUL) are those of host, device, status and
+/// batch_method; method_w 0 leaves out batch_method and batch_confidence (stores written before
+/// they existed).
+inline RowLayout summary_layout(std::size_t host_w, std::size_t device_w, std::size_t status_w, std::size_t method_w) {
   RowLayout l;
   l.add("rank", H5T_NATIVE_INT32);
   l.add("window", H5T_NATIVE_INT32);
@@ -245,6 +247,10 @@ inline RowLayout summary_layout(std::size_t host_w, std::size_t device_w, std::s
   l.add("oom_requested", H5T_NATIVE_UINT64);
   l.add_string("status", status_w);
   for (int c = 0; c < kCategoryCount; ++c) l.add(category_column(c), H5T_NATIVE_UINT64);
+  if (method_w > 0) {
+    l.add_string("batch_method", method_w);
+    l.add("batch_confidence", H5T_NATIVE_DOUBLE);
+  }
   return l;
 }
 

@@ -84,6 +84,14 @@ WindowRecord read_window_group(hid_t g, const std::string& c) {
   w.closed = h5::read_attr_int(g, "closed", c) != 0;
   w.dropped = h5::read_attr_uint(g, "dropped", c);
   w.status = status_from_name(h5::read_attr_string(g, "status", c));
+  // Stores written before batch inference and source extras: the defaults.
+  w.batch_method = attr_or(g, "batch_method", c, "recorded");
+  w.batch_confidence = h5::has_attr(g, "batch_confidence") ? h5::read_attr_double(g, "batch_confidence", c) : 1.0;
+  w.batch_detail = attr_or(g, "batch_detail", c);
+  if (h5::exists(g, "source_extras")) {
+    const auto extras = h5::read_vector<std::uint8_t>(g, "source_extras", H5T_NATIVE_UINT8, c);
+    w.source_extras.assign(extras.begin(), extras.end());
+  }
   Handle et = layout::event_type();
   w.events = h5::read_vector<Event>(g, "events", et, c);
   Handle lt = layout::live_type();
@@ -160,9 +168,10 @@ StoreReader::StoreReader(const std::filesystem::path& path) : m_impl(std::make_u
     throw StoreError(m_impl->c + ": an HDF5 file but not a memsnap store (no format=\"memsnap\" attribute)");
   }
   const auto version = h5::read_attr_int(m_impl->file, "format_version", m_impl->c);
-  if (version != kStoreFormatVersion) {
+  if (version < kStoreOldestFormatVersion || version > kStoreFormatVersion) {
     throw StoreError(m_impl->c + ": store format version " + std::to_string(version) +
-                     " is not supported (this memsnap reads version " + std::to_string(kStoreFormatVersion) + ")");
+                     " is not supported (this memsnap reads versions " + std::to_string(kStoreOldestFormatVersion) +
+                     " to " + std::to_string(kStoreFormatVersion) + ")");
   }
 }
 
@@ -210,9 +219,13 @@ std::vector<SummaryRow> StoreReader::summary() const {
   h5::QuietErrors quiet;
   const auto& c = m_impl->c;
   Handle ft = file_type_of(m_impl->file, "summary", c);
-  const layout::RowLayout l = layout::summary_layout(layout::member_string_width(ft, "host", 1),
-                                                     layout::member_string_width(ft, "device", 1),
-                                                     layout::member_string_width(ft, "status", 1));
+  // batch_method and batch_confidence are absent from stores written before they existed.
+  const bool has_method = H5Tget_member_index(ft, "batch_method") >= 0;
+  if (!has_method) H5Eclear2(H5E_DEFAULT);
+  const layout::RowLayout l =
+      layout::summary_layout(layout::member_string_width(ft, "host", 1), layout::member_string_width(ft, "device", 1),
+                             layout::member_string_width(ft, "status", 1),
+                             has_method ? layout::member_string_width(ft, "batch_method", 1) : 0);
   layout::Rows rows(l, read_table(m_impl->file, "summary", l, c));
   std::vector<SummaryRow> out(rows.count());
   for (std::size_t i = 0; i < rows.count(); ++i) {
@@ -239,6 +252,10 @@ std::vector<SummaryRow> StoreReader::summary() const {
     r.oom_requested = rows.get<std::uint64_t>(i, "oom_requested");
     r.status = rows.get_string(i, "status");
     for (int k = 0; k < kCategoryCount; ++k) r.category_bytes[k] = rows.get<std::uint64_t>(i, layout::category_column(k).c_str());
+    if (has_method) {
+      r.batch_method = rows.get_string(i, "batch_method");
+      r.batch_confidence = rows.get<double>(i, "batch_confidence");
+    }
   }
   return out;
 }

@@ -70,6 +70,16 @@ void write_rank_attrs(hid_t loc, const RankRecord& record, const RankInfo& info,
   h5::write_attr(loc, "spill", info.spill, c);
 }
 
+// Attributes live in the object header (64 KiB at most with the default file format): a long
+// human detail is cut, at a character boundary.
+constexpr std::size_t kMaxDetailBytes = 16 * 1024;
+std::string clip_utf8(const std::string& s, std::size_t max) {
+  if (s.size() <= max) return s;
+  std::size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
 void write_window(hid_t batches_group, const WindowRecord& w, int index, const StoreWriteOptions& o,
                   const std::string& context) {
   const std::string name = std::to_string(w.batch_end);
@@ -84,6 +94,9 @@ void write_window(hid_t batches_group, const WindowRecord& w, int index, const S
   h5::write_attr(g, "closed", w.closed, c);
   h5::write_attr(g, "dropped", w.dropped, c);
   h5::write_attr(g, "status", status_name(w.status), c);
+  h5::write_attr(g, "batch_method", w.batch_method, c);
+  h5::write_attr(g, "batch_confidence", w.batch_confidence, c);
+  h5::write_attr(g, "batch_detail", clip_utf8(w.batch_detail, kMaxDetailBytes), c);
 
   Handle et = layout::event_type();
   h5::write_vector(g, "events", et, w.events, o.deflate, c);
@@ -111,6 +124,8 @@ void write_window(hid_t batches_group, const WindowRecord& w, int index, const S
   h5::write_vector(g, "segments", st, segs, o.deflate, c);
   Handle kt = layout::block_type();
   h5::write_vector(g, "blocks", kt, blocks, o.deflate, c);
+  const std::vector<std::uint8_t> extras(w.source_extras.begin(), w.source_extras.end());
+  h5::write_vector(g, "source_extras", H5T_NATIVE_UINT8, extras, o.deflate, c);
   g.close(c + ": cannot close");
 }
 
@@ -146,6 +161,10 @@ SummaryRow make_summary_row(const RankRecord& record, int window, const WindowSt
   r.oom_requested = s.oom_requested;
   r.status = status_name(s.status);
   for (int c = 0; c < kCategoryCount; ++c) r.category_bytes[c] = s.category_bytes_at_peak[c];
+  if (window >= 0 && static_cast<std::size_t>(window) < record.windows.size()) {
+    r.batch_method = record.windows[static_cast<std::size_t>(window)].batch_method;
+    r.batch_confidence = record.windows[static_cast<std::size_t>(window)].batch_confidence;
+  }
   return r;
 }
 
@@ -248,13 +267,14 @@ void write_root_file(const std::filesystem::path& path, const StoreIndex& index)
 
   // /summary
   {
-    std::size_t hw = 1, dw = 1, sw = 1;
+    std::size_t hw = 1, dw = 1, sw = 1, mw = 1;
     for (const auto& r : index.rows) {
       hw = std::max(hw, r.host.size() + 1);
       dw = std::max(dw, r.device.size() + 1);
       sw = std::max(sw, r.status.size() + 1);
+      mw = std::max(mw, r.batch_method.size() + 1);
     }
-    const layout::RowLayout l = layout::summary_layout(hw, dw, sw);
+    const layout::RowLayout l = layout::summary_layout(hw, dw, sw, mw);
     layout::Rows rows(l, index.rows.size());
     for (std::size_t i = 0; i < index.rows.size(); ++i) {
       const auto& r = index.rows[i];
@@ -280,6 +300,8 @@ void write_root_file(const std::filesystem::path& path, const StoreIndex& index)
       rows.put<std::uint64_t>(i, "oom_requested", r.oom_requested);
       rows.put_string(i, "status", r.status);
       for (int k = 0; k < kCategoryCount; ++k) rows.put<std::uint64_t>(i, layout::category_column(k).c_str(), r.category_bytes[k]);
+      rows.put_string(i, "batch_method", r.batch_method);
+      rows.put<double>(i, "batch_confidence", r.batch_confidence);
     }
     Handle t = l.compound_type();
     h5::write_array(file, "summary", t, rows.data(), rows.count(), 1, c);

@@ -24,6 +24,7 @@ struct GenSpec {
   std::size_t events_per_window = 400;
   std::size_t live_slots = 64;     // allocations in flight at most
   bool last_window_open = false;  // the process "died" inside its last window (no close, no END)
+  bool inferred_batches = false;  // windows say their batches were inferred, and carry source extras
 };
 
 inline std::uint64_t mix(std::uint64_t x) {
@@ -108,6 +109,12 @@ inline RankRecord make_record(const GenSpec& spec) {
       t += 100 + static_cast<std::int64_t>(h % 50);
     }
     while (w.batches.size() < 3) w.batches.push_back(BatchMark{w.batch_start + static_cast<std::int64_t>(w.batches.size()), t});
+    if (spec.inferred_batches) {
+      w.batch_method = wi % 2 == 0 ? "recurring_annotation" : "periodicity";
+      w.batch_confidence = 0.5 + 0.125 * wi;
+      w.batch_detail = "window " + std::to_string(wi) + " of rank " + std::to_string(spec.rank);
+      w.source_extras = R"({"device_count":1,"segments":[],"other_keys":{"rank":)" + std::to_string(spec.rank) + "}}";
+    }
     const bool open = spec.last_window_open && wi == spec.windows - 1;
     if (!open) {
       w.batch_end = window_end(wi);
@@ -154,6 +161,10 @@ inline bool write_spill_file(const std::filesystem::path& path, const RankRecord
       if (!sw.write_events(id, std::span(w.events).subspan(i, j - i))) return false;
       i = j;
     }
+    if (w.batch_method != "recorded" || w.batch_confidence != 1.0 || !w.batch_detail.empty()) {
+      if (!sw.write_window_batches(id, w.batch_method, w.batch_confidence, w.batch_detail)) return false;
+    }
+    if (!sw.write_window_extras(id, w.source_extras)) return false;
     if (!w.closed) continue;
     if (!w.segments.empty() && !sw.write_segments(id, w.segments)) return false;
     if (!sw.write_window_close(id, w.batch_end, w.close_time_ns, w.oom, w.dropped)) return false;

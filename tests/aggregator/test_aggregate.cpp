@@ -83,6 +83,10 @@ void expect_same_window(const WindowRecord& got, const WindowRecord& want, const
   EXPECT_EQ(got.live_at_start, want.live_at_start);
   EXPECT_EQ(got.batches, want.batches);
   EXPECT_EQ(got.segments, want.segments);
+  EXPECT_EQ(got.batch_method, want.batch_method);
+  EXPECT_EQ(got.batch_confidence, want.batch_confidence);
+  EXPECT_EQ(got.batch_detail, want.batch_detail);
+  EXPECT_EQ(got.source_extras, want.source_extras);
   ASSERT_EQ(got.events.size(), want.events.size());
   // Events are trivially copyable without padding: equal bytes are equal events, field by field.
   EXPECT_EQ(0, std::memcmp(got.events.data(), want.events.data(), got.events.size() * sizeof(Event)));
@@ -109,14 +113,17 @@ void expect_same_rank(const RankRecord& got, const RankRecord& want) {
 
 fs::path spill_path(const fs::path& run, int rank) { return run / "spill" / spill_file_name(rank, 1000 + rank); }
 
-// A clean run of `world` ranks; returns what each rank recorded.
-std::vector<RankRecord> make_clean_run(const fs::path& run, int world, std::size_t events = 400) {
+// A clean run of `world` ranks; returns what each rank recorded. With `inferred`, the odd ranks'
+// windows say their batches were inferred and carry source extras (as imported torch traces do).
+std::vector<RankRecord> make_clean_run(const fs::path& run, int world, std::size_t events = 400,
+                                       bool inferred = false) {
   fs::create_directories(run / "spill");
   std::vector<RankRecord> out;
   for (int r = 0; r < world; ++r) {
     GenSpec s;
     s.rank = r;
     s.world_size = world;
+    s.inferred_batches = inferred && r % 2 == 1;
     s.events_per_window = events + 37 * static_cast<std::size_t>(r);
     out.push_back(test::make_record(s));
     EXPECT_TRUE(test::write_spill_file(spill_path(run, r), out.back(), true));
@@ -218,6 +225,74 @@ TEST(AggregateTest, SameStoreWhateverTheNumberOfAggregatorRanks) {
   for (const char* k : {"dropped", "peak_allocated", "peak_reserved", "live_at_open", "live_at_close", "oom", "status"}) {
     EXPECT_TRUE(j["ranks"][0]["windows"][0].contains(k)) << k;
   }
+}
+
+// How each window's batches were found, and the torch extras, reach the store, its summary and
+// `memsnap info --json` alike from the store and from the spills.
+TEST(AggregateTest, BatchMethodAndSourceExtrasReachTheStore) {
+  TempDir t;
+  const auto want = make_clean_run(t / "run", 4, 400, true);
+  ASSERT_EQ(aggregate(2, t / "run").rc, 0);
+  StoreReader store(t / "run/memsnap.h5");
+  for (int rank = 0; rank < 4; ++rank) expect_same_rank(store.read_rank(rank), want[rank]);
+  EXPECT_EQ(store.read_window(1, 8).batch_method, "periodicity");
+  EXPECT_EQ(store.read_window(1, 8).source_extras, want[1].windows[1].source_extras);
+  for (const auto& row : store.summary()) {
+    const WindowRecord& w = want[row.rank].windows[row.window];
+    EXPECT_EQ(row.batch_method, w.batch_method);
+    EXPECT_EQ(row.batch_confidence, w.batch_confidence);
+  }
+  const Result i = info_cmd(t / "run/memsnap.h5");
+  ASSERT_EQ(i.rc, 0) << i.err;
+  const Result s = info_cmd(t / "run");
+  ASSERT_EQ(s.rc, 0) << s.err;
+  EXPECT_EQ(i.out, s.out);
+  const auto j = nlohmann::json::parse(i.out);
+  EXPECT_EQ(j["ranks"][0]["windows"][0]["batch_method"], "recorded");
+  EXPECT_EQ(j["ranks"][0]["windows"][0]["batch_confidence"], 1.0);
+  EXPECT_EQ(j["ranks"][3]["windows"][0]["batch_method"], "recurring_annotation");
+  EXPECT_EQ(j["ranks"][3]["windows"][1]["batch_confidence"], 0.625);
+  // The human table says which windows' boundaries were inferred.
+  const Result table = info_cmd(t / "run/memsnap.h5", false);
+  EXPECT_NE(table.out.find("rank 3 batch 8: batch boundaries inferred (periodicity, confidence 0.62)"),
+            std::string::npos)
+      << table.out;
+  EXPECT_EQ(table.out.find("rank 0 batch"), std::string::npos) << table.out;
+}
+
+// A store of format version 1 (written before batch_method and source_extras existed; kept in
+// the fuzz corpus as root file and rank 0 file) still reads, with the defaults.
+TEST(StoreTest, Version1StoresStillRead) {
+  TempDir t;
+  const std::string raw =
+      test::read_file(fs::path(MEMSNAP_SOURCE_DIR) / "tests/fuzz/corpus/store_raw/aggregate_fsdp_sim.bin");
+  ASSERT_GT(raw.size(), 4u);
+  std::uint32_t n = 0;
+  std::memcpy(&n, raw.data(), 4);
+  ASSERT_LE(n, raw.size() - 4);
+  fs::create_directories(t / "memsnap.h5.d");
+  test::write_file(t / "memsnap.h5", raw.substr(4, n));
+  test::write_file(t / "memsnap.h5.d/rank0.h5", raw.substr(4 + n));
+  StoreReader store(t / "memsnap.h5");
+  const StoreInfo info = store.info();
+  EXPECT_EQ(info.format_version, 1);
+  ASSERT_FALSE(info.rows.empty());
+  for (const auto& row : info.rows) {
+    EXPECT_EQ(row.batch_method, "recorded");
+    EXPECT_EQ(row.batch_confidence, 1.0);
+  }
+  const RankRecord r = store.read_rank(0);
+  ASSERT_FALSE(r.windows.empty());
+  for (const auto& w : r.windows) {
+    EXPECT_EQ(w.batch_method, "recorded");
+    EXPECT_EQ(w.batch_confidence, 1.0);
+    EXPECT_TRUE(w.batch_detail.empty());
+    EXPECT_TRUE(w.source_extras.empty());
+    EXPECT_FALSE(w.events.empty());
+  }
+  const Result i = info_cmd(t / "memsnap.h5");
+  ASSERT_EQ(i.rc, 0) << i.err;
+  EXPECT_EQ(nlohmann::json::parse(i.out)["ranks"][0]["windows"][0]["batch_method"], "recorded");
 }
 
 TEST(AggregateTest, RunsWithoutMpirun) {

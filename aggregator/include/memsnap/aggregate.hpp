@@ -73,8 +73,10 @@ class InJobWriter {
 
 /// `memsnap info STORE --json`: {"format_version":1,"run_name","world_size","ranks":[{"rank",
 /// "status","host","windows":[{"batch","batch_start","events","dropped","peak_allocated",
-/// "peak_reserved","live_at_open","live_at_close","oom","status"}]}]}. Depends only on the
-/// recorded data, never on how (or by how many ranks) it was aggregated.
+/// "peak_reserved","live_at_open","live_at_close","oom","status","batch_method",
+/// "batch_confidence"}]}]}: batch_method is how the window's batch boundaries were found
+/// (WindowRecord::batch_method: "recorded" or an inference method), batch_confidence 0..1.
+/// Depends only on the recorded data, never on how (or by how many ranks) it was aggregated.
 nlohmann::json store_info_json(const StoreReader& store);
 
 /// The same, computed from a run folder's spill files directly (each window analysed).

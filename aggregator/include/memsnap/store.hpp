@@ -7,7 +7,9 @@
 //                             tool_version, config (JSON text)
 //   /ranks                    table, one row per rank 0..world_size-1 (status, host, device, ...)
 //   /summary                  table, one row per (rank, window); a rank without windows has one row
-//                             with window = -1 carrying its status (missing, corrupt, ...)
+//                             with window = -1 carrying its status (missing, corrupt, ...); the
+//                             columns batch_method and batch_confidence are absent in stores
+//                             written before they existed (read as "recorded", 1.0)
 //   /sites                    table, the top allocation sites per (rank, window); names in /site_names
 //   /site_names/{blob,offsets}  names packed as UTF-8 bytes; name i is blob[offsets[i]:offsets[i+1]]
 //   /rank/<r>                 attrs hostname, pid, local_rank, node_rank, world_size, device_name,
@@ -16,8 +18,13 @@
 //   /rank/<r>/stacks/{offsets,frame_ids}        CSR: stack i is frame_ids[offsets[i]:offsets[i+1]]
 //   /rank/<r>/device_total_bytes
 //   /rank/<r>/batch/<b>       attrs window, batch_start, batch_end, open_time_ns, close_time_ns, oom,
-//                             closed, dropped, status;  <b> is the batch at which the window closed
+//                             closed, dropped, status, batch_method, batch_confidence (f64),
+//                             batch_detail;  <b> is the batch at which the window closed
 //   /rank/<r>/batch/<b>/{events,live_at_start,batches,segments,blocks}
+//   /rank/<r>/batch/<b>/source_extras  u8: WindowRecord::source_extras, JSON text (what a torch
+//                             snapshot held beyond the event model), empty for other sources
+//   Stores written before the batch_* attributes and source_extras existed lack them: they read
+//   as "recorded", 1.0, "" and no extras.
 //
 // Physical layout: STORE (root) and STORE.d/rank<r>.h5 (bulk), the links relative to the root
 // file's directory so that the pair can be moved together. No variable-length types anywhere:
@@ -38,7 +45,11 @@
 namespace memsnap {
 
 inline constexpr const char* kStoreFormat = "memsnap";
-inline constexpr int kStoreFormatVersion = 1;
+// Version 2 added /summary's batch_method and batch_confidence columns, the batch_* attributes
+// and source_extras of a window (an older memsnap cannot read its /summary); version 1 stores
+// still read, with the defaults.
+inline constexpr int kStoreFormatVersion = 2;
+inline constexpr int kStoreOldestFormatVersion = 1;
 inline constexpr const char* kDefaultStoreName = "memsnap.h5";
 
 /// The folder beside a store that holds its per-rank files: STORE + ".d".
@@ -87,6 +98,8 @@ struct SummaryRow {
   std::uint64_t oom_requested = 0;
   std::string status = "ok";
   std::array<std::uint64_t, kCategoryCount> category_bytes{};  // at the peak, by Category
+  std::string batch_method = "recorded";                       // WindowRecord::batch_method
+  double batch_confidence = 1.0;                               // WindowRecord::batch_confidence
   bool operator==(const SummaryRow&) const = default;
 };
 
