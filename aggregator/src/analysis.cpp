@@ -18,7 +18,7 @@ bool is_plumbing(const Frame& f) {
       "CachingAllocator", "std::",     "__libc_start",  "_start",          "operator new",
       "malloc",         "torch::autograd::", "pybind11",    "_PyEval",         "PyObject_",
       "_PyObject",      "_PyFunction",     "THPVariable",   "cfunction_call",  "method_vectorcall",
-      "torch::jit::",   "_call_impl",      "_wrapped_call_impl", "decorate_context", "0x"};
+      "torch::jit::",   "torch::unwind",   "torch::CapturedTraceback", "torch::cuda::", "_call_impl",      "_wrapped_call_impl", "decorate_context", "0x"};
   static constexpr std::string_view files[] = {
       "libc10",          "libtorch",         "libcuda",          "libcudart",    "libpython",
       "torch/nn/modules/module.py", "torch/utils/_contextlib.py", "torch/_tensor.py",
@@ -28,6 +28,19 @@ bool is_plumbing(const Frame& f) {
     if (f.name.rfind(n, 0) == 0 || (n.size() > 4 && contains(f.name, n))) return true;
   }
   for (auto p : files) {
+    if (contains(f.file, p)) return true;
+  }
+  return false;
+}
+
+bool is_python(const Frame& f) {
+  return f.file.size() > 3 && f.file.compare(f.file.size() - 3, 3, ".py") == 0;
+}
+
+// Python code installed as a package (torch itself, transformers, ...), not the user's.
+bool is_installed_library(const Frame& f) {
+  static constexpr std::string_view parts[] = {"site-packages/", "dist-packages/", "/lib/python3", "<frozen"};
+  for (auto p : parts) {
     if (contains(f.file, p)) return true;
   }
   return false;
@@ -60,6 +73,16 @@ const char* category_name(Category c) {
 std::string site_name(const RankRecord& rank, std::uint32_t stack_id) {
   if (stack_id >= rank.stacks.size() || rank.stacks[stack_id].empty()) return "<no stack>";
   const Stack& stack = rank.stacks[stack_id];
+  // The innermost line of the user's own code says where to look; failing that, the innermost
+  // Python frame (in a mixed stack, torch's stacks="all", C++ frames come first), then any.
+  for (auto id : stack) {
+    if (id < rank.frames.size() && is_python(rank.frames[id]) && !is_plumbing(rank.frames[id]) &&
+        !is_installed_library(rank.frames[id]))
+      return label(rank.frames[id]);
+  }
+  for (auto id : stack) {
+    if (id < rank.frames.size() && is_python(rank.frames[id]) && !is_plumbing(rank.frames[id])) return label(rank.frames[id]);
+  }
   for (auto id : stack) {
     if (id < rank.frames.size() && !is_plumbing(rank.frames[id])) return label(rank.frames[id]);
   }
@@ -103,6 +126,109 @@ Action free_action(const WindowRecord& w) {
   for (const auto& e : w.events) requested |= e.action == Action::free_requested;
   return requested ? Action::free_requested : Action::free_completed;
 }
+
+namespace {
+
+constexpr const char* kNoStackSite = "<no stack>";
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Per batch: which site a spike in it is made of; per window: how the batches' low points grow,
+// and which site grows with them. One more replay, tallying the live allocations by site at each
+// batch's low point and at its peak.
+template <class Apply, class Reset, class LiveMap, class SiteOf>
+void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& reset, LiveMap& live, SiteOf& site_of,
+                 const std::vector<std::ptrdiff_t>& start_index, const std::vector<std::ptrdiff_t>& peak_index,
+                 WindowStats& s) {
+  const std::size_t nb = s.batches.size();
+  if (nb == 0) return;
+  using Tally = std::unordered_map<std::string, double>;
+  std::vector<Tally> at_start(nb), at_peak(nb);
+  // (event index after which to tally, slot): slot < nb a start, else a peak.
+  std::vector<std::pair<std::ptrdiff_t, std::size_t>> points;
+  for (std::size_t b = 0; b < nb; ++b) {
+    points.emplace_back(start_index[b], b);
+    points.emplace_back(peak_index[b], nb + b);
+  }
+  std::sort(points.begin(), points.end());
+  auto tally = [&](Tally& t) {
+    for (const auto& [k, l] : live) t[site_of(l.stack).first] += static_cast<double>(l.size);
+  };
+  reset();
+  std::size_t p = 0;
+  while (p < points.size() && points[p].first < 0) {
+    tally(points[p].second < nb ? at_start[points[p].second] : at_peak[points[p].second - nb]);
+    ++p;
+  }
+  for (std::size_t i = 0; i < w.events.size() && p < points.size(); ++i) {
+    apply(w.events[i]);
+    while (p < points.size() && points[p].first == static_cast<std::ptrdiff_t>(i)) {
+      tally(points[p].second < nb ? at_start[points[p].second] : at_peak[points[p].second - nb]);
+      ++p;
+    }
+  }
+
+  // Spikes: a site's bytes at this batch's peak against the median of its other batches' peaks.
+  if (nb >= 2) {
+    for (std::size_t b = 0; b < nb; ++b) {
+      std::string best;
+      double best_excess = 0;
+      // Allocations without frames (torch's backward runs on a thread with no Python stack)
+      // name nothing: a site with frames that holds a good part of the excess says more.
+      std::string named;
+      double named_excess = 0;
+      for (const auto& [name, bytes] : at_peak[b]) {
+        std::vector<double> others;
+        for (std::size_t o = 0; o < nb; ++o) {
+          if (o == b) continue;
+          auto it = at_peak[o].find(name);
+          others.push_back(it == at_peak[o].end() ? 0 : it->second);
+        }
+        const double excess = bytes - median(others);
+        if (excess > best_excess) {
+          best_excess = excess;
+          best = name;
+        }
+        if (name != kNoStackSite && excess > named_excess) {
+          named_excess = excess;
+          named = name;
+        }
+      }
+      if (best == kNoStackSite && !named.empty() && named_excess >= 0.05 * best_excess) {
+        best = named;
+        best_excess = named_excess;
+      }
+      s.batches[b].peak_site = best;
+      s.batches[b].peak_site_excess = static_cast<std::uint64_t>(best_excess);
+    }
+  }
+
+  // Growth from the first batch start to the last.
+  if (nb >= 2) {
+    const double spans = static_cast<double>(nb - 1);
+    s.growth_per_batch =
+        (static_cast<double>(s.batches.back().min_allocated) - static_cast<double>(s.batches.front().min_allocated)) / spans;
+    s.growth_monotone = true;
+    for (std::size_t b = 1; b < nb; ++b) s.growth_monotone &= s.batches[b].min_allocated >= s.batches[b - 1].min_allocated;
+    double best = 0;
+    for (const auto& [name, last] : at_start[nb - 1]) {
+      auto it = at_start[0].find(name);
+      const double g = (last - (it == at_start[0].end() ? 0 : it->second)) / spans;
+      if (g > best) {
+        best = g;
+        s.growth_site = name;
+      }
+    }
+    s.growth_site_per_batch = best;
+  }
+}
+
+}  // namespace
 
 WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const AnalysisOptions& options) {
   WindowStats s;
@@ -173,22 +299,28 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
   std::uint64_t reserved_at_peak = reserved;
   std::ptrdiff_t peak_index = -1;  // events applied before the peak: [0, peak_index]
 
-  // Batch of each event, from the batch marks (sorted by time).
+  // Batch of each event, from the batch marks (sorted by time). Events before the first mark
+  // (a window that opened mid-batch) belong to no batch of the window.
   std::vector<BatchMark> marks = w.batches;
   std::sort(marks.begin(), marks.end(), [](const BatchMark& a, const BatchMark& b) { return a.time_ns < b.time_ns; });
-  std::size_t mark = 0;
-  for (const auto& m : marks) s.batches.push_back(BatchStat{m.batch, allocated, allocated});
-  auto batch_slot = [&](std::int64_t t) -> BatchStat* {
-    while (mark + 1 < marks.size() && marks[mark + 1].time_ns <= t) {
-      ++mark;
-      s.batches[mark].peak_allocated = allocated;
+  std::size_t next_mark = 0;  // marks[0, next_mark) have begun
+  for (const auto& m : marks) s.batches.push_back(BatchStat{m.batch, allocated, allocated, allocated, allocated, {}, 0});
+  std::vector<std::ptrdiff_t> batch_peak_index(marks.size(), -1);  // -1: the level it began with
+  std::vector<std::ptrdiff_t> batch_start_index(marks.size(), -1);  // events applied at its low point
+  auto batch_slot = [&](std::int64_t t, std::ptrdiff_t i) -> BatchStat* {
+    while (next_mark < marks.size() && marks[next_mark].time_ns <= t) {
+      BatchStat& b = s.batches[next_mark];
+      b.peak_allocated = b.live_at_end = b.live_at_start = b.min_allocated = allocated;
+      batch_start_index[next_mark] = i - 1;
+      batch_peak_index[next_mark] = i - 1;
+      ++next_mark;
     }
-    return marks.empty() ? nullptr : &s.batches[mark];
+    return next_mark == 0 ? nullptr : &s.batches[next_mark - 1];
   };
 
   for (std::size_t i = 0; i < w.events.size(); ++i) {
     const Event& e = w.events[i];
-    BatchStat* b = batch_slot(e.time_ns);
+    BatchStat* b = batch_slot(e.time_ns, static_cast<std::ptrdiff_t>(i));
     if (is_segment_action(e.action)) s.reserved_seen = true;
     if (e.action == Action::oom) {
       s.oom = true;
@@ -206,13 +338,17 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
       s.peak_reserved_time_ns = e.time_ns;
     }
     if (b != nullptr) {
+      if (allocated > b->peak_allocated) batch_peak_index[next_mark - 1] = static_cast<std::ptrdiff_t>(i);
+      if (allocated < b->min_allocated) batch_start_index[next_mark - 1] = static_cast<std::ptrdiff_t>(i);
       b->peak_allocated = std::max(b->peak_allocated, allocated);
+      b->min_allocated = std::min(b->min_allocated, allocated);
       b->live_at_end = allocated;
     }
   }
   // Batches with no events after their start keep the level they started with.
-  for (std::size_t m = mark + 1; m < s.batches.size(); ++m) {
-    s.batches[m].peak_allocated = s.batches[m].live_at_end = allocated;
+  for (std::size_t m = next_mark; m < s.batches.size(); ++m) {
+    s.batches[m].peak_allocated = s.batches[m].live_at_end = s.batches[m].live_at_start = s.batches[m].min_allocated = allocated;
+    batch_start_index[m] = batch_peak_index[m] = static_cast<std::ptrdiff_t>(w.events.size()) - 1;
   }
   s.live_at_close = allocated;
   s.reserved_at_close = reserved;
@@ -264,6 +400,7 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     site.bytes_allocated += e.size;
     site.allocations += 1;
   }
+  batch_sites(rank, w, apply, reset, live, site_of, batch_start_index, batch_peak_index, s);
   for (auto& [name, site] : by_site) s.sites.push_back(std::move(site));
   std::sort(s.sites.begin(), s.sites.end(), [](const SiteStat& a, const SiteStat& b) {
     return a.bytes_at_peak != b.bytes_at_peak ? a.bytes_at_peak > b.bytes_at_peak : a.name < b.name;

@@ -15,6 +15,10 @@ void add_import(CLI::App& app, int& code) {
   cmd->add_option("--rank", rank, "rank of a single file")->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", batch, "batch of a single file")->check(CLI::NonNegativeNumber);
   cmd->add_option("--world-size", o.world_size, "ranks in the job (default: highest rank + 1)")->check(CLI::PositiveNumber);
+  cmd->add_option("--interval", o.interval,
+                  "batches each snapshot spans (the recording's interval); helps find batch boundaries in a trace "
+                  "without step marks (default: the distance between a rank's snapshots, else found from the trace)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--run-name", o.run_name, "run name in the store");
   cmd->add_flag("--overwrite", o.overwrite, "replace an existing store");
   cmd->add_flag("--keep-going", o.keep_going, "store what can be read; mark the ranks whose pickle is bad");

@@ -75,14 +75,12 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     v.growth_per_batch = v.batches > 0 ? static_cast<double>(growth) / static_cast<double>(v.batches) : 0;
   }
 
-  std::vector<double> peaks, growths;
+  std::vector<double> peaks;
   for (const auto& [r, v] : ranks) {
     if (!v.has_data()) continue;
     peaks.push_back(static_cast<double>(v.peak));
-    growths.push_back(v.growth_per_batch);
   }
   const double peak_median = median_of(peaks);
-  const double growth_median = median_of(growths);
 
   // Imbalance of peak allocated: max/median, spread, z-scores, and outliers by a robust rule
   // (distance from the median in units of the median absolute deviation; with identical peers,
@@ -183,33 +181,75 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
   }
 
   // Leak: growth per batch above the median's, held batch after batch (never released).
+  // Growth is measured from one batch start to the next inside each window that closed at a
+  // batch boundary (a window cut short by an OOM or a kill holds that batch's working memory);
+  // windows without batches inside fall back to open-to-close over their batch range.
   std::map<int, std::vector<const WindowDigest*>> digests_of;
   for (const auto& d : digests) digests_of[d.rank].push_back(&d);
-  for (const auto& [r, v] : ranks) {
-    if (!v.has_data() || v.batches < 2) continue;
-    const double excess = v.growth_per_batch - growth_median;
-    if (excess <= threshold(peak_median, 0.002)) continue;
-    // Every batch of the rank ends holding at least as much as the one before.
+  struct Growth {
+    double per_batch = 0;
     bool monotone = true;
+    bool measured = false;
+    std::string site;
+    const WindowDigest* inferred = nullptr;  // a window whose batches were inferred
+  };
+  std::map<int, Growth> growth_of;
+  for (auto& [r, v] : ranks) {
+    Growth g;
+    double sum = 0, spans = 0;
     for (const auto* d : digests_of[r]) {
-      const bool cut_short = std::any_of(v.windows.begin(), v.windows.end(), [&](const SummaryRow* w) {
-        return w->batch_end == d->batch && (w->oom || w->status != "ok");
-      });
-      if (cut_short) continue;
-      for (std::size_t i = 1; i < d->batches.size(); ++i) monotone &= d->batches[i].live_at_end >= d->batches[i - 1].live_at_end;
+      if (d->cut_short || d->batches.size() < 2) continue;
+      const double n = static_cast<double>(d->batches.size() - 1);
+      sum += d->growth_per_batch * n;
+      spans += n;
+      g.monotone &= d->growth_monotone;
+      if (!d->growth_site.empty()) g.site = d->growth_site;
+      if (d->batch_method != "recorded") g.inferred = d;
+      for (const auto& b : d->batches) v.baseline = std::min<std::uint64_t>(v.baseline, b.min_allocated);
     }
-    if (!monotone) continue;
+    if (spans > 0) {
+      g.per_batch = sum / spans;
+      g.measured = true;
+    } else if (v.batches >= 2) {
+      g.per_batch = v.growth_per_batch;
+      g.measured = true;
+      for (const auto* d : digests_of[r]) {
+        if (d->cut_short) continue;
+        for (std::size_t i = 1; i < d->batches.size(); ++i) g.monotone &= d->batches[i].live_at_end >= d->batches[i - 1].live_at_end;
+      }
+    }
+    growth_of[r] = g;
+  }
+  std::vector<double> measured_growths;
+  for (const auto& [r, g] : growth_of) {
+    if (g.measured) measured_growths.push_back(g.per_batch);
+  }
+  // With fewer than three ranks there is no majority to call normal: growth itself is the excess.
+  const double growth_norm = measured_growths.size() >= 3 ? median_of(measured_growths) : 0.0;
+  auto inferred_note = [](const WindowDigest* d) -> std::string {
+    if (d == nullptr) return "";
+    char c[48];
+    std::snprintf(c, sizeof c, "%.2f", d->batch_confidence);
+    return "; batch boundaries inferred (" + d->batch_method + ": " + d->batch_detail + ", confidence " + c + ")";
+  };
+  for (const auto& [r, v] : ranks) {
+    const Growth& g = growth_of[r];
+    if (!v.has_data() || !g.measured || !g.monotone) continue;
+    const double excess = g.per_batch - growth_norm;
+    if (excess <= threshold(peak_median, 0.002)) continue;
     leaking.insert(r);
-    const auto [site, site_bytes] = site_excess(r, v.windows.back()->batch_end);
-    (void)site_bytes;
+    std::string site = g.site;
+    if (site.empty()) site = site_excess(r, v.windows.back()->batch_end).first;
     findings.push_back({{"kind", "leak"},
                         {"rank", r},
                         {"batch", v.windows.back()->batch_end},
                         {"bytes", static_cast<std::uint64_t>(excess)},
                         {"site", site_or_null(site)},
+                        {"batches_inferred", g.inferred != nullptr},
                         {"detail", "rank " + std::to_string(r) + " keeps " + human_bytes(static_cast<std::uint64_t>(excess)) +
-                                       " more after every batch than the other ranks" +
-                                       (site.empty() ? "" : ", held by " + site)}});
+                                       " more after every batch than " +
+                                       (measured_growths.size() >= 3 ? "the other ranks" : "it started the batch before with") +
+                                       (site.empty() ? "" : ", held by " + site) + inferred_note(g.inferred)}});
   }
 
   // Shard imbalance: more memory held at every batch boundary than the median, not growing.
@@ -236,15 +276,19 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
                                        "; sharded state should be equal across ranks"}});
   }
 
-  // Spike: one batch's peak far above that batch's median across ranks.
+  // Spike: one batch's peak far above that batch's median across ranks, and far above the
+  // rank's own other batches (a rank whose batches all differ in size is not spiking).
   std::map<std::int64_t, std::vector<std::pair<int, std::uint64_t>>> batch_peaks;
-  std::map<std::pair<int, std::int64_t>, std::int64_t> window_of_batch;
+  std::map<std::pair<int, std::int64_t>, const WindowDigest*> window_of_batch;
+  std::map<std::pair<int, std::int64_t>, const BatchStat*> stat_of_batch;
   for (const auto& d : digests) {
     for (const auto& b : d.batches) {
       batch_peaks[b.batch].emplace_back(d.rank, b.peak_allocated);
-      window_of_batch[{d.rank, b.batch}] = d.batch;
+      window_of_batch[{d.rank, b.batch}] = &d;
+      stat_of_batch[{d.rank, b.batch}] = &b;
     }
   }
+  const bool few_ranks = peaks.size() < 3;
   std::map<int, std::vector<std::pair<std::int64_t, double>>> excess_of;  // rank -> (batch, excess)
   for (const auto& [batch, list] : batch_peaks) {
     std::vector<double> values;
@@ -254,25 +298,41 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
   }
   for (const auto& [r, list] : excess_of) {
     if (list.size() < 2) continue;
-    const double limit = threshold(peak_median, 0.10);
+    const double limit = threshold(peak_median, 0.25);
+    // A leaking rank's peaks rise with its leak: that rise is the leak, not a spike.
+    const double trend = leaking.count(r) ? growth_of[r].per_batch : 0.0;
+    const std::int64_t first_batch = list.front().first;
+    auto detrended = [&](std::int64_t b) {
+      return static_cast<double>(stat_of_batch[{r, b}]->peak_allocated) - trend * static_cast<double>(b - first_batch);
+    };
+    auto own_excess = [&](std::int64_t batch) {
+      std::vector<double> others;
+      for (const auto& [b, e] : list) {
+        if (b != batch) others.push_back(detrended(b));
+      }
+      return detrended(batch) - median_of(others);
+    };
     std::vector<std::pair<std::int64_t, double>> high;
-    std::size_t calm = 0;
-    for (const auto& [b, e] : list) {
-      if (e > limit) high.emplace_back(b, e);
-      else if (e < limit / 2) ++calm;
+    for (const auto& [b, raw] : list) {
+      const double e = raw - trend * static_cast<double>(b - first_batch);
+      const double own = own_excess(b);
+      if ((few_ranks || e > limit) && own > limit) high.emplace_back(b, few_ranks ? own : std::min(e, own));
     }
-    if (high.empty() || high.size() * 3 > list.size() || calm + high.size() != list.size()) continue;
+    if (high.empty() || high.size() * 3 > list.size()) continue;
     for (const auto& [b, e] : high) {
-      const auto [site, site_bytes] = site_excess(r, window_of_batch[{r, b}]);
-      (void)site_bytes;
+      const WindowDigest* d = window_of_batch[{r, b}];
+      std::string site = stat_of_batch[{r, b}]->peak_site;
+      if (site.empty()) site = site_excess(r, d->batch).first;
       findings.push_back({{"kind", "spike"},
                           {"rank", r},
                           {"batch", b},
                           {"bytes", static_cast<std::uint64_t>(e)},
                           {"site", site_or_null(site)},
+                          {"batches_inferred", d->batch_method != "recorded"},
                           {"detail", "rank " + std::to_string(r) + " peaks " + human_bytes(static_cast<std::uint64_t>(e)) +
-                                         " above the other ranks in batch " + std::to_string(b) + " only" +
-                                         (site.empty() ? "" : ", at " + site)}});
+                                         " above " + (few_ranks ? "its other batches" : "the other ranks") + " in batch " +
+                                         std::to_string(b) + " only" + (site.empty() ? "" : ", at " + site) +
+                                         inferred_note(d->batch_method != "recorded" ? d : nullptr)}});
     }
   }
 

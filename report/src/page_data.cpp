@@ -245,6 +245,14 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
     digest->rank = rank.meta.rank;
     digest->batch = w.batch_end;
     digest->batches = s.batches;
+    digest->batch_method = w.batch_method;
+    digest->batch_confidence = w.batch_confidence;
+    digest->batch_detail = w.batch_detail;
+    digest->growth_per_batch = s.growth_per_batch;
+    digest->growth_monotone = s.growth_monotone;
+    digest->growth_site = s.growth_site;
+    digest->growth_site_per_batch = s.growth_site_per_batch;
+    digest->cut_short = s.oom || w.status != RecordStatus::ok || !w.closed;
     std::vector<std::int64_t> small_t;
     std::vector<std::uint64_t> small_v;
     downsample(series_t, series_alloc, 200, small_t, small_v);
@@ -290,6 +298,8 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
       {"t0_ns", t0},
       {"t1_ns", t1},
       {"batches", std::move(batches)},
+      {"batch_method",
+       {{"method", w.batch_method}, {"confidence", w.batch_confidence}, {"detail", w.batch_detail}}},
       {"ooms", std::move(ooms)},
       {"frames", {{"name", std::move(frames_name)}, {"file", std::move(frames_file)}, {"line", std::move(frames_line)}}},
       {"stacks", std::move(stacks)},

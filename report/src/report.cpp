@@ -21,9 +21,13 @@ using nlohmann::json;
 
 json digest_to_json(const WindowDigest& d) {
   json batches = json::array();
-  for (const auto& b : d.batches) batches.push_back({b.batch, b.peak_allocated, b.live_at_end});
+  for (const auto& b : d.batches)
+    batches.push_back({b.batch, b.peak_allocated, b.live_at_end, b.live_at_start, b.min_allocated, b.peak_site, b.peak_site_excess});
   return {{"rank", d.rank}, {"batch", d.batch}, {"page", d.page}, {"batches", batches},
-          {"t", d.series_t}, {"v", d.series_allocated}, {"stacks", d.site_stacks}};
+          {"t", d.series_t}, {"v", d.series_allocated}, {"stacks", d.site_stacks},
+          {"method", {d.batch_method, d.batch_confidence, d.batch_detail}},
+          {"growth", {d.growth_per_batch, d.growth_monotone, d.growth_site, d.growth_site_per_batch}},
+          {"cut_short", d.cut_short}};
 }
 
 WindowDigest digest_from_json(const json& j) {
@@ -31,7 +35,17 @@ WindowDigest digest_from_json(const json& j) {
   d.rank = j.at("rank");
   d.batch = j.at("batch");
   d.page = j.at("page");
-  for (const auto& b : j.at("batches")) d.batches.push_back(BatchStat{b[0], b[1], b[2]});
+  for (const auto& b : j.at("batches")) d.batches.push_back(BatchStat{b[0], b[1], b[2], b[3], b[4], b[5], b[6]});
+  const auto& m = j.at("method");
+  d.batch_method = m[0];
+  d.batch_confidence = m[1];
+  d.batch_detail = m[2];
+  const auto& g = j.at("growth");
+  d.growth_per_batch = g[0];
+  d.growth_monotone = g[1];
+  d.growth_site = g[2];
+  d.growth_site_per_batch = g[3];
+  d.cut_short = j.at("cut_short");
   d.series_t = j.at("t").get<std::vector<double>>();
   d.series_allocated = j.at("v").get<std::vector<std::uint64_t>>();
   d.site_stacks = j.at("stacks");

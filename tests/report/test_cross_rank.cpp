@@ -39,9 +39,17 @@ struct FakeRun {
     d.rank = rank;
     d.batch = 4;
     if (batch_peaks.empty()) batch_peaks = {peak, peak, peak};
-    for (std::size_t i = 0; i < batch_peaks.size(); ++i) {
-      const std::uint64_t live = open + (close - open) * (i + 1) / batch_peaks.size();
-      d.batches.push_back(BatchStat{static_cast<std::int64_t>(2 + i), batch_peaks[i], live});
+    // Each batch starts (and is lowest) where the one before ended, as analyse_window sees it.
+    const std::size_t n = batch_peaks.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t start = open + (close - open) * i / n;
+      const std::uint64_t end = open + (close - open) * (i + 1) / n;
+      d.batches.push_back(BatchStat{static_cast<std::int64_t>(2 + i), batch_peaks[i], end, start, start, {}, 0});
+    }
+    if (n >= 2) {
+      d.growth_per_batch = (static_cast<double>(d.batches.back().min_allocated) - static_cast<double>(d.batches.front().min_allocated)) /
+                           static_cast<double>(n - 1);
+      d.growth_monotone = close >= open;
     }
     digests.push_back(d);
   }

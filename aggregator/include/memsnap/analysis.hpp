@@ -37,6 +37,15 @@ struct BatchStat {
   std::int64_t batch = 0;
   std::uint64_t peak_allocated = 0;
   std::uint64_t live_at_end = 0;
+  std::uint64_t live_at_start = 0;  // allocated bytes when the batch began
+  // The lowest allocated bytes during the batch: what it holds on to. Python frees a batch's
+  // outputs only when the next batch rebinds their names, so the level at a boundary still
+  // holds the previous batch's last tensors; the low point inside the batch does not.
+  std::uint64_t min_allocated = 0;
+  // The site that held the most more at this batch's peak than at the window's other batches'
+  // peaks (their median): what a spike in this batch is made of. Empty with one batch.
+  std::string peak_site;
+  std::uint64_t peak_site_excess = 0;
 };
 
 struct WindowStats {
@@ -61,6 +70,13 @@ struct WindowStats {
   std::vector<SiteStat> sites;       // by bytes at peak, largest first (top_sites)
   std::uint64_t category_bytes_at_peak[kCategoryCount] = {};
   std::vector<BatchStat> batches;
+  // Growth of the batches' low points (min_allocated) from one batch to the next (the mean over
+  // the window; 0 with fewer than two batches), and the site whose bytes at those low points grew
+  // the most.
+  double growth_per_batch = 0;
+  bool growth_monotone = false;      // every batch's low point is at least the one before's
+  std::string growth_site;
+  double growth_site_per_batch = 0;
 };
 
 struct AnalysisOptions {

@@ -17,6 +17,7 @@ struct ImportCliOptions {
   std::optional<int> rank;                          // with batch: for a single file
   std::optional<std::int64_t> batch;
   int world_size = 0;                               // 0: highest rank + 1
+  int interval = 0;                                 // batches per window (0: unknown, inferred)
   std::string run_name;                             // empty: the store's file name
   bool overwrite = false;
   bool keep_going = false;

@@ -38,6 +38,15 @@ struct WindowDigest {
   std::vector<double> series_t;               // <= 200 points, 0..1 over the window
   std::vector<std::uint64_t> series_allocated;
   nlohmann::json site_stacks;                 // site name -> [{name,file,line}...]
+  // How the window's batches were found (WindowRecord::batch_method ...) and how it grows.
+  std::string batch_method = "recorded";
+  double batch_confidence = 1.0;
+  std::string batch_detail;
+  double growth_per_batch = 0;
+  bool growth_monotone = false;
+  std::string growth_site;
+  double growth_site_per_batch = 0;
+  bool cut_short = false;                     // closed by an OOM or a kill, mid-batch
 };
 
 // The rank page's data (the contract in report/html/html.cpp) for one window.
