@@ -232,6 +232,18 @@
   const badges = h('div', { class: 'badges' }, M.statusBadge(status));
   if (D.oom || ooms.length) badges.append(h('span', { class: 'badge solid-bad', dataset: { oom: '1' } }, 'OOM' + (ooms.length > 1 ? ' ×' + ooms.length : '')));
   if (num(statsIn.dropped, 0) > 0) badges.append(h('span', { class: 'badge warn' }, fmtInt(statsIn.dropped) + ' events dropped'));
+  // How the batch boundaries were found: the source's own marks, or inferred from the trace.
+  const bm = obj(D.batch_method);
+  const bmMethod = str(bm.method, 'recorded');
+  const bmInferred = bmMethod !== 'recorded';
+  const bmWords = { recurring_annotation: 'a recurring annotation', recurring_frame: 'a recurring frame', periodicity: 'the allocation pattern', none: 'nothing' };
+  const bmText = bmMethod === 'none'
+    ? 'no batch boundaries found'
+    : 'batches inferred from ' + (bmWords[bmMethod] || bmMethod) + ' · confidence ' + fmtPct(num(bm.confidence, 0));
+  if (bmInferred) {
+    badges.append(h('span', { class: 'badge ' + (bmMethod === 'none' || num(bm.confidence, 0) < 0.5 ? 'warn' : 'accent'),
+      title: str(bm.detail, ''), dataset: { batchMethod: bmMethod } }, bmText));
+  }
   const window_ = D.batch_start != null || D.batch_end != null
     ? 'batches ' + str(D.batch_start, '?') + '–' + str(D.batch_end, '?') : 'window';
   main.append(h('div', { class: 'page-head' },
@@ -691,7 +703,10 @@
       legend.append(h('span', { class: 'item', title: 'allocations too small to draw one by one, summed' }, h('span', { class: 'sw hatch' }), 'small allocations, summed' + (cnt ? ' (up to ' + fmtInt(cnt) + ' live)' : '')));
     }
     if (reserved.t.length) legend.append(h('span', { class: 'item' }, h('span', { class: 'sw line' }), 'reserved'));
-    if (batches.length) legend.append(h('span', { class: 'item' }, h('span', { class: 'sw vline' }), 'batch start'));
+    if (batches.length) {
+      legend.append(h('span', { class: 'item', title: bmInferred ? str(bm.detail, '') : 'marked by the source', dataset: { batchMethod: bmMethod } },
+        h('span', { class: 'sw vline' }), bmInferred ? 'batch start (inferred: ' + bmMethod + ', ' + fmtPct(num(bm.confidence, 0)) + ')' : 'batch start'));
+    }
     if (ooms.length) legend.append(h('span', { class: 'item' }, h('span', { class: 'sw oom' }), 'out of memory'));
     if (highlight) legend.append(h('button', { onclick: () => setHighlight(null) }, 'Clear highlight'));
   }

@@ -1,0 +1,189 @@
+// Real PyTorch snapshots without step marks, as users bring them: memsnap import, then memsnap
+// report, must name every planted cause with its kind and rank, its site in the loop's own
+// code, and flag no clean rank. The pickles come from tests/gpu/torch_loops.py (torch 2.11 on an
+// H200); each loop's manifest.json holds the planted truth.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+namespace memsnap {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::string kMemsnap = MEMSNAP_CLI;
+const fs::path kLoops = fs::path(MEMSNAP_TEST_DATA) / "torch-loops";
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = popen(("export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; " + cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+json read_json(const fs::path& p) { return json::parse(test::read_file(p)); }
+
+std::string pickles(const fs::path& dir, const std::vector<int>& ranks = {}) {
+  std::string out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() != ".pickle") continue;
+    if (!ranks.empty()) {
+      bool wanted = false;
+      for (int r : ranks) wanted |= name.rfind("rank" + std::to_string(r) + ".", 0) == 0;
+      if (!wanted) continue;
+    }
+    out += " " + e.path().string();
+  }
+  return out;
+}
+
+// Imports and reports; returns summary.json and the store's info JSON.
+std::pair<json, json> import_and_report(const test::TempDir& dir, const std::string& files, const std::string& args) {
+  const auto store = (dir / "s.h5").string();
+  auto r = sh(kMemsnap + " import" + files + " " + args + " -o " + store);
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = sh(kMemsnap + " report " + store + " -o " + (dir / "report").string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = sh(kMemsnap + " info " + store + " --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  return {read_json(dir / "report/summary.json"), json::parse(r.out)};
+}
+
+const char* kind_of(const std::string& role) {
+  if (role == "leak") return "leak";
+  if (role == "spike") return "spike";
+  if (role == "unsharded") return "shard_imbalance";
+  return "";
+}
+
+struct Case {
+  std::string loop;
+  bool known_interval;  // --interval given, as from the job's config
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.loop << (c.known_interval ? " --interval" : ""); }
+std::string case_name(const testing::TestParamInfo<Case>& c) {
+  return c.param.loop + (c.param.known_interval ? "_with_interval" : "_interval_unknown");
+}
+
+class TorchLoop : public testing::TestWithParam<Case> {};
+
+TEST_P(TorchLoop, NamesEveryPlantedCauseAndNoCleanRank) {
+  const Case c = GetParam();
+  const fs::path data = kLoops / c.loop;
+  const json manifest = read_json(data / "manifest.json");
+  test::TempDir dir;
+  const std::string args = c.known_interval ? "--interval " + std::to_string(manifest["interval"].get<int>()) : "";
+  const auto [summary, info] = import_and_report(dir, pickles(data), args);
+
+  // Every window found its batches from the trace itself, with a method and a confidence.
+  for (const auto& r : info["ranks"]) {
+    for (const auto& w : r["windows"]) {
+      EXPECT_NE(w["batch_method"], "none") << "rank " << r["rank"];
+      EXPECT_NE(w["batch_method"], "recorded") << "rank " << r["rank"] << ": these traces have no step marks";
+      EXPECT_GT(w["batch_confidence"].get<double>(), 0.3) << "rank " << r["rank"];
+    }
+  }
+
+  std::set<std::pair<std::string, int>> expected, found;
+  for (const auto& t : manifest["ranks"]) {
+    const std::string kind = kind_of(t["role"]);
+    if (!kind.empty()) expected.emplace(kind, t["rank"].get<int>());
+  }
+  ASSERT_EQ(expected.size(), manifest["ranks"].size() - std::count_if(manifest["ranks"].begin(), manifest["ranks"].end(),
+                                                                         [](const json& t) { return t["role"] == "clean"; }));
+  for (const auto& f : summary["findings"]) {
+    found.emplace(f["kind"], f["rank"].get<int>());
+    const std::string kind = f["kind"];
+    const std::string site = f["site"].is_string() ? f["site"].get<std::string>() : "";
+    // The site is the line of the training loop that allocated the memory.
+    EXPECT_NE(site.find("torch_loops.py"), std::string::npos) << kind << " rank " << f["rank"] << ": " << f.dump();
+    if (kind == "spike") EXPECT_EQ(f["batch"], manifest["spike_batch"]) << f.dump();
+    if (kind == "leak" || kind == "spike") {
+      EXPECT_TRUE(f["batches_inferred"].get<bool>()) << f.dump();
+      EXPECT_NE(f["detail"].get<std::string>().find("inferred"), std::string::npos) << f.dump();
+    }
+  }
+  EXPECT_EQ(found, expected) << summary["findings"].dump(1);
+  for (const auto& t : manifest["ranks"]) {
+    if (t["role"] == "unsharded") {  // the planted copy, to within 10 %
+      for (const auto& f : summary["findings"]) {
+        if (f["kind"] == "shard_imbalance" && f["rank"] == t["rank"])
+          EXPECT_NEAR(f["bytes"].get<double>(), t["planted_bytes"].get<double>(), 0.1 * t["planted_bytes"].get<double>());
+      }
+    }
+  }
+}
+
+// The rank page says, next to its batch marks, that they were inferred and how; the cross page
+// lists the findings. Real Chromium on the real pages.
+TEST(TorchLoopPages, RankPageShowsHowBatchesWereFound) {
+  test::TempDir dir;
+  const auto [summary, info] = import_and_report(dir, pickles(kLoops / "mlp_sgd"), "");
+  fs::path page;
+  for (const auto& e : fs::directory_iterator(dir / "report")) {
+    if (e.path().filename().string().rfind("rank5.", 0) == 0 && e.path().extension() == ".html") page = e.path();
+  }
+  ASSERT_FALSE(page.empty());
+  const auto dom = sh("chromium --headless=new --no-sandbox --disable-gpu --virtual-time-budget=10000 --dump-dom file://" + page.string());
+  ASSERT_EQ(dom.code, 0) << "chromium is needed for this test (ci/setup.sh installs it): " << dom.out;
+  EXPECT_NE(dom.out.find("data-ready=\"1\""), std::string::npos) << dom.out.substr(0, 2000);
+  EXPECT_EQ(dom.out.find("data-error=\""), std::string::npos) << "a script error on the page";
+  EXPECT_NE(dom.out.find("data-batch-method=\"recurring_frame\""), std::string::npos);
+  EXPECT_NE(dom.out.find("batches inferred from a recurring frame"), std::string::npos);
+  EXPECT_NE(dom.out.find("batch start (inferred: recurring_frame"), std::string::npos);
+  const auto index = sh("chromium --headless=new --no-sandbox --disable-gpu --virtual-time-budget=10000 --dump-dom file://" +
+                        (dir / "report/index.html").string());
+  ASSERT_EQ(index.code, 0) << index.out;
+  for (const char* text : {"leak", "spike", "inferred"}) EXPECT_NE(index.out.find(text), std::string::npos) << text;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const char* loop : {"mlp_sgd", "gpt_adamw", "fsdp2_ring", "cnn_accum", "lm_autocast", "lstm_sgd", "vit_adam"}) {
+    out.push_back({loop, true});
+    out.push_back({loop, false});
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(RealSnapshots, TorchLoop, testing::ValuesIn(cases()), case_name);
+
+// One pickle alone, as a user with one rank's snapshot has it: there is no other rank to compare
+// with, so the rank is judged against its own batches.
+TEST(TorchLoopAlone, ALeakAndASpikeAreFoundInOneRanksSnapshot) {
+  const json manifest = read_json(kLoops / "gpt_adamw/manifest.json");
+  for (const auto& t : manifest["ranks"]) {
+    test::TempDir dir;
+    const int rank = t["rank"];
+    const auto [summary, info] = import_and_report(dir, pickles(kLoops / "gpt_adamw", {rank}), "--rank 0 --batch 5");
+    std::set<std::string> kinds;
+    for (const auto& f : summary["findings"]) kinds.insert(f["kind"]);
+    const std::string want = kind_of(t["role"]);
+    if (want.empty()) {
+      EXPECT_TRUE(kinds.empty()) << "clean rank " << rank << ": " << summary["findings"].dump(1);
+    } else {
+      EXPECT_EQ(kinds, std::set<std::string>{want}) << "rank " << rank << ": " << summary["findings"].dump(1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace memsnap
