@@ -108,7 +108,22 @@ int export_main(const ExportCliOptions& o) {
                 << (have.empty() ? " (it recorded none)" : " (it has: " + have + ")") << "\n";
       return 1;
     }
-    const std::string bytes = o.format == "torch" ? torch::export_snapshot(rec, index) : chrome_trace(rec, rec.windows[index]);
+    std::string bytes;
+    if (o.format == "torch") {
+      // An imported torch snapshot's extras make the export give back what torch wrote.
+      json extras;
+      if (const std::string& text = rec.windows[index].source_extras; !text.empty()) {
+        extras = json::parse(text, nullptr, false);
+        if (extras.is_discarded()) {
+          std::cerr << "memsnap export: warning: rank " << o.rank << " batch " << o.batch
+                    << ": the stored source extras are not valid JSON; exporting without them\n";
+          extras = json();
+        }
+      }
+      bytes = torch::export_snapshot(rec, index, extras);
+    } else {
+      bytes = chrome_trace(rec, rec.windows[index]);
+    }
     const auto tmp = o.output.string() + ".partial";
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

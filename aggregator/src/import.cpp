@@ -22,7 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Appends `from`'s frames, stacks and windows to `into`, renumbering ids.
+// Appends `from`'s frames, stacks and windows to `into`, renumbering ids (also those the
+// windows' source_extras name).
 void merge_into(RankRecord& into, RankRecord&& from) {
   const auto frame_base = static_cast<std::uint32_t>(into.frames.size());
   const auto stack_base = static_cast<std::uint32_t>(into.stacks.size());
@@ -39,6 +40,13 @@ void merge_into(RankRecord& into, RankRecord&& from) {
     for (auto& a : w.live_at_start) shift(a.stack_id);
     for (auto& seg : w.segments) {
       for (auto& b : seg.blocks) shift(b.stack_id);
+    }
+    if (stack_base > 0 && !w.source_extras.empty()) {
+      auto extras = nlohmann::json::parse(w.source_extras, nullptr, false);
+      if (!extras.is_discarded()) {
+        torch::shift_extras_stacks(extras, stack_base);
+        w.source_extras = extras.dump();
+      }
     }
     into.windows.push_back(std::move(w));
   }
@@ -154,6 +162,9 @@ int import_main(const ImportCliOptions& o) {
         io.batch = batch;
         io.run_name = run_name;
         torch::ImportResult r = torch::import_snapshot_file(path.string(), io);
+        // What the record has no place for travels with the window, so that export gives the
+        // pickle back.
+        for (auto& w : r.record.windows) w.source_extras = r.extras.dump();
         if (first) {
           merged.meta = r.record.meta;
           merged.meta.world_size = world;

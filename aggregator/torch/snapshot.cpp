@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -282,13 +284,35 @@ void batches_from_annotations(const Value* annotations, const ImportOptions& opt
 
 // --- pickle <-> JSON -------------------------------------------------------------------------
 
+// Extras travel as JSON (the store keeps them as text), and export must give every value back as
+// it was: JSON's own types where they fit, else a one-member object with one of these tags.
+constexpr const char* kTagTuple = "__tuple__";      // [items]
+constexpr const char* kTagBytes = "__bytes_hex__";  // a bytes value, as hex
+constexpr const char* kTagStr = "__str_hex__";      // a str whose bytes are not UTF-8, as hex
+constexpr const char* kTagInt = "__int_le_hex__";   // an int beyond 64 bits: two's-complement LE, as hex
+constexpr const char* kTagFloat = "__float__";      // "nan", "inf" or "-inf"
+constexpr const char* kTagDict = "__dict__";        // [[key, value], ...]: a dict with a key that is not a
+                                                    // UTF-8 str, or one that would read as a tag
+bool is_tag(std::string_view key) {
+  return key == kTagTuple || key == kTagBytes || key == kTagStr || key == kTagInt || key == kTagFloat ||
+         key == kTagDict;
+}
+
+// Strict UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF), as JSON text needs:
+// Python pickles a str with lone surrogates as the bytes of those surrogates.
 bool valid_utf8(const std::string& s) {
   for (std::size_t i = 0; i < s.size();) {
     auto c = static_cast<unsigned char>(s[i]);
     std::size_t extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : 4;
     if (extra == 4 || i + extra >= s.size()) return false;  // bad lead byte, or cut short
-    for (std::size_t k = 1; k <= extra; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    std::uint32_t cp = extra == 0 ? c : c & (0x3f >> extra);
+    for (std::size_t k = 1; k <= extra; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    static constexpr std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
     i += extra + 1;
   }
   return true;
@@ -302,19 +326,26 @@ std::string hex(const std::string& s) {
   }
   return out;
 }
+std::optional<std::string> unhex(const std::string& h) {
+  if (h.size() % 2 != 0) return std::nullopt;
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(h.size() / 2);
+  for (std::size_t i = 0; i < h.size(); i += 2) {
+    const int hi = digit(h[i]), lo = digit(h[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
 nlohmann::json text_json(const std::string& s) {
   if (valid_utf8(s)) return s;
-  return nlohmann::json{{"__bytes_hex__", hex(s)}};
-}
-std::string key_text(const Value& k) {
-  switch (k.kind()) {
-    case Kind::string: return k.as_string();
-    case Kind::integer:
-    case Kind::big_integer: return k.int_decimal();
-    case Kind::boolean: return k.as_bool() ? "True" : "False";
-    case Kind::none: return "None";
-    default: return to_json(k).dump();
-  }
+  return nlohmann::json{{kTagStr, hex(s)}};
 }
 
 // --- export helpers ----------------------------------------------------------------------------
@@ -342,20 +373,46 @@ const nlohmann::json* json_find(const nlohmann::json& j, const char* key) {
 
 namespace {
 // Extras are copied between pickle values and JSON recursively; deeper than this they are cut
-// (a marker string), so a hostile pickle cannot overflow the stack on its way through.
+// (a marker string), so a hostile pickle cannot overflow the stack on its way through. Shared
+// references are expanded on the way to JSON, so a small pickle whose references nest (a list
+// holding the same list four times, thirty deep) would fill memory: past a floor, the values
+// written may be at most kMaxExpansion times the distinct values read.
 constexpr int kMaxExtraDepth = 200;
 constexpr const char* kTooDeep = "<nested too deep for memsnap>";
+constexpr std::size_t kExtraValuesFloor = std::size_t{1} << 20;
+constexpr std::size_t kMaxExpansion = 64;
 
-nlohmann::json to_json_at(const Value& v, int depth);
+class JsonBudget {
+ public:
+  void charge(const Value& v) {
+    m_seen.insert(&v);
+    if (++m_written > kExtraValuesFloor + kMaxExpansion * m_seen.size())
+      bad("extras", "shared references expand to more than " + std::to_string(m_written) + " values");
+  }
+  // A value built for the extras (not read from the pickle) stays alive, so that its address is
+  // not taken by another one while counted.
+  const Value& keep(ValuePtr v) { return *m_kept.emplace_back(std::move(v)); }
+
+ private:
+  std::size_t m_written = 0;
+  std::unordered_set<const Value*> m_seen;
+  std::vector<ValuePtr> m_kept;
+};
+
+nlohmann::json to_json_at(const Value& v, int depth, JsonBudget& budget);
 ValuePtr from_json_at(const nlohmann::json& j, int depth);
 }  // namespace
 
-nlohmann::json to_json(const Value& v) { return to_json_at(v, 0); }
+nlohmann::json to_json(const Value& v) {
+  JsonBudget budget;
+  return to_json_at(v, 0, budget);
+}
 ValuePtr from_json(const nlohmann::json& j) { return from_json_at(j, 0); }
 
 namespace {
-nlohmann::json to_json_at(const Value& v, int depth) {
+nlohmann::json to_json_at(const Value& v, int depth, JsonBudget& budget) {
   if (depth > kMaxExtraDepth) return kTooDeep;
+  budget.charge(v);
   switch (v.kind()) {
     case Kind::none: return nullptr;
     case Kind::boolean: return v.as_bool();
@@ -364,23 +421,76 @@ nlohmann::json to_json_at(const Value& v, int depth) {
       try {
         return v.as_uint64();
       } catch (const pickle::ValueError&) {
-        return v.int_decimal();
+        return nlohmann::json{{kTagInt, hex(v.int_le_bytes())}};
       }
-    case Kind::floating: return v.as_double();
+    case Kind::floating: {
+      const double d = v.as_double();
+      if (std::isnan(d)) return nlohmann::json{{kTagFloat, "nan"}};
+      if (std::isinf(d)) return nlohmann::json{{kTagFloat, d > 0 ? "inf" : "-inf"}};
+      return d;
+    }
     case Kind::string: return text_json(v.as_string());
-    case Kind::bytes: return nlohmann::json{{"__bytes_hex__", hex(v.as_bytes())}};
+    case Kind::bytes:
+      return nlohmann::json{{kTagBytes, hex(v.as_bytes())}};
     case Kind::list:
     case Kind::tuple: {
       auto arr = nlohmann::json::array();
-      for (const auto& i : v.items()) arr.push_back(to_json_at(*i, depth + 1));
+      for (const auto& i : v.items()) arr.push_back(to_json_at(*i, depth + 1, budget));
+      if (v.is_tuple()) return nlohmann::json{{kTagTuple, std::move(arr)}};
       return arr;
     }
     case Kind::dict: {
-      auto obj = nlohmann::json::object();
-      for (const auto& [k, val] : v.dict_items()) obj[key_text(*k)] = to_json_at(*val, depth + 1);
-      return obj;
+      const auto& items = v.dict_items();
+      const bool plain =
+          std::all_of(items.begin(), items.end(),
+                      [](const auto& kv) { return kv.first->is_string() && valid_utf8(kv.first->as_string()); }) &&
+          !(items.size() == 1 && is_tag(items.front().first->as_string()));
+      if (plain) {
+        auto obj = nlohmann::json::object();
+        for (const auto& [k, val] : items) obj[k->as_string()] = to_json_at(*val, depth + 1, budget);
+        return obj;
+      }
+      auto pairs = nlohmann::json::array();
+      for (const auto& [k, val] : items)
+        pairs.push_back(
+            nlohmann::json::array({to_json_at(*k, depth + 1, budget), to_json_at(*val, depth + 1, budget)}));
+      return nlohmann::json{{kTagDict, std::move(pairs)}};
     }
   }
+  return nullptr;
+}
+
+// The value a one-member tagged object stands for; nullptr when it is not one (an ordinary dict).
+ValuePtr from_tag(const nlohmann::json& j, int depth) {
+  if (j.size() != 1 || !is_tag(j.begin().key())) return nullptr;
+  const std::string& tag = j.begin().key();
+  const nlohmann::json& v = j.begin().value();
+  if (tag == kTagTuple && v.is_array()) {
+    std::vector<ValuePtr> items;
+    for (const auto& e : v) items.push_back(from_json_at(e, depth + 1));
+    return Value::tuple(std::move(items));
+  }
+  if (tag == kTagDict && v.is_array()) {
+    pickle::DictItems items;
+    for (const auto& kv : v) {
+      if (!kv.is_array() || kv.size() != 2) return nullptr;
+      items.emplace_back(from_json_at(kv[0], depth + 1), from_json_at(kv[1], depth + 1));
+    }
+    return Value::dict(std::move(items));
+  }
+  if (tag == kTagFloat && v.is_string()) {
+    const std::string& f = v.get_ref<const std::string&>();
+    if (f == "nan") return Value::floating(std::numeric_limits<double>::quiet_NaN());
+    if (f == "inf") return Value::floating(std::numeric_limits<double>::infinity());
+    if (f == "-inf") return Value::floating(-std::numeric_limits<double>::infinity());
+    return nullptr;
+  }
+  if (!v.is_string()) return nullptr;
+  const auto raw = unhex(v.get_ref<const std::string&>());
+  if (!raw) return nullptr;
+  if (tag == kTagBytes) return Value::bytes(*raw);
+  if (tag == kTagStr) return Value::string(*raw);
+  if (tag == kTagInt && !raw->empty()) return Value::integer_from_le_bytes(*raw);
   return nullptr;
 }
 
@@ -399,12 +509,113 @@ ValuePtr from_json_at(const nlohmann::json& j, int depth) {
       return Value::list(std::move(items));
     }
     case nlohmann::json::value_t::object: {
+      if (ValuePtr tagged = from_tag(j, depth)) return tagged;
       pickle::DictItems items;
       for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(Value::string(it.key()), from_json_at(it.value(), depth + 1));
       return Value::dict(std::move(items));
     }
     default: return Value::none();
   }
+}
+}  // namespace
+
+namespace {
+// --- what export cannot rebuild from the record ------------------------------------------------
+
+// The type export writes a key with, from the record.
+enum class Shape : std::uint8_t { u64, i64, i16, str, pool, boolean, list, any };
+
+bool fits(const Value& v, Shape shape) {
+  switch (shape) {
+    case Shape::u64:
+      if (v.kind() == Kind::integer) return v.as_int64() >= 0;
+      if (v.kind() != Kind::big_integer) return false;
+      try {
+        (void)v.as_uint64();
+        return true;
+      } catch (const pickle::ValueError&) {
+        return false;
+      }
+    case Shape::i64:
+      return v.kind() == Kind::integer;
+    case Shape::i16:
+      return v.kind() == Kind::integer && v.as_int64() >= std::numeric_limits<std::int16_t>::min() &&
+             v.as_int64() <= std::numeric_limits<std::int16_t>::max();
+    case Shape::str:
+      return v.is_string();
+    case Shape::pool:
+      return v.is_string() && v.as_string().size() < 32;  // the store keeps 31 bytes
+    case Shape::boolean:
+      return v.kind() == Kind::boolean;
+    case Shape::list:
+      return v.is_list();
+    case Shape::any:
+      return true;
+  }
+  return false;
+}
+
+struct KeySpec {
+  std::string_view key;
+  Shape shape;
+};
+constexpr KeySpec kSegmentKeys[] = {{"device", Shape::i16},          {"address", Shape::u64},
+                                    {"total_size", Shape::u64},      {"allocated_size", Shape::u64},
+                                    {"active_size", Shape::u64},     {"requested_size", Shape::u64},
+                                    {"stream", Shape::u64},          {"segment_type", Shape::pool},
+                                    {"segment_pool_id", Shape::any}, {"is_expandable", Shape::boolean},
+                                    {"frames", Shape::list},         {"blocks", Shape::list}};
+constexpr KeySpec kBlockKeys[] = {{"address", Shape::u64},
+                                  {"size", Shape::u64},
+                                  {"requested_size", Shape::u64},
+                                  {"state", Shape::str},
+                                  {"frames", Shape::list}};
+constexpr KeySpec kEntryKeys[] = {{"action", Shape::str},        {"addr", Shape::u64},
+                                  {"size", Shape::u64},          {"stream", Shape::u64},
+                                  {"time_us", Shape::i64},       {"compile_context", Shape::str},
+                                  {"user_metadata", Shape::str}, {"frames", Shape::list}};
+constexpr KeySpec kOomEntryKeys[] = {
+    {"action", Shape::str},  {"device_free", Shape::u64},     {"size", Shape::u64},          {"stream", Shape::u64},
+    {"time_us", Shape::i64}, {"compile_context", Shape::str}, {"user_metadata", Shape::str}, {"frames", Shape::list}};
+
+// What a dict (segment, block, trace entry) holds beyond what export writes back from the record:
+// "absent", the keys of `written` that it lacks or holds with another type (export leaves them
+// out), and "other", those values and the keys memsnap does not know (export writes them as they
+// were). Empty for the dicts torch 2.11 writes.
+struct ShapeNotes {
+  std::vector<std::string_view> absent;
+  pickle::DictItems other;
+};
+ShapeNotes note_shape(const Value& dict, std::span<const KeySpec> written) {
+  ShapeNotes n;
+  for (const auto& spec : written) {
+    const Value* v = dict.find(spec.key);
+    if (!v || !fits(*v, spec.shape)) n.absent.push_back(spec.key);
+  }
+  for (const auto& [k, v] : dict.dict_items()) {
+    const bool known = k->is_string() && std::any_of(written.begin(), written.end(), [&](const KeySpec& spec) {
+                         return spec.key == k->as_string() && fits(*v, spec.shape);
+                       });
+    if (!known) n.other.emplace_back(k, v);
+  }
+  return n;
+}
+
+// Writes the notes into x; `skip` names absent keys that x need not list (noted elsewhere).
+void put_notes(const ShapeNotes& n, nlohmann::json& x, JsonBudget& budget,
+               std::span<const std::string_view> skip = {}) {
+  auto absent = nlohmann::json::array();
+  for (auto key : n.absent)
+    if (std::find(skip.begin(), skip.end(), key) == skip.end()) absent.push_back(std::string(key));
+  if (!absent.empty()) x["absent"] = std::move(absent);
+  if (!n.other.empty()) x["other"] = to_json_at(budget.keep(Value::dict(n.other)), 0, budget);
+}
+
+// Frame lists are interned into the record when they are lists (each frame as name, filename,
+// line); anything else stays in the extras as it was.
+bool internable_frames(const ValuePtr& frames) {
+  return frames && frames->is_list() &&
+         std::all_of(frames->items().begin(), frames->items().end(), [](const ValuePtr& f) { return f->is_dict(); });
 }
 }  // namespace
 
@@ -425,6 +636,7 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
   w.closed = true;
 
   // Segments and blocks: the allocator state at dump.
+  JsonBudget budget;  // for all values copied into the extras
   std::vector<std::uint32_t> segment_stacks;
   auto seg_extras = nlohmann::json::array();
   if (const Value* segs = root.find("segments"); segs && !segs->is_none()) {
@@ -438,6 +650,8 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
       seg.stream = field_u64(s, "stream", where);
       seg.device = static_cast<std::int16_t>(field_u64(s, "device", where));
       seg.pool = field_str(s, "segment_type");
+      nlohmann::json sx = nlohmann::json::object();
+      auto blocks_x = nlohmann::json::array();
       if (const Value* blocks = s.find("blocks"); blocks && !blocks->is_none()) {
         if (!blocks->is_list()) bad(where + ".blocks", "not a list");
         for (std::size_t j = 0; j < blocks->size(); ++j) {
@@ -453,16 +667,27 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
           blk.state = *st;
           blk.stack_id = stacks.intern(b.find_ptr("frames"), bw + ".frames");
           seg.blocks.push_back(blk);
+          nlohmann::json bx = nlohmann::json::object();
+          put_notes(note_shape(b, kBlockKeys), bx, budget);
+          if (!bx.empty()) {
+            bx["index"] = j;
+            blocks_x.push_back(std::move(bx));
+          }
         }
       }
       std::uint32_t seg_stack = stacks.intern(s.find_ptr("frames"), where + ".frames");
       segment_stacks.push_back(seg_stack);
-      nlohmann::json sx = nlohmann::json::object();
       sx["stack"] = seg_stack == kNoStack ? -1 : static_cast<std::int64_t>(seg_stack);
-      if (const Value* pid = s.find("segment_pool_id")) sx["segment_pool_id"] = to_json(*pid);
+      if (const Value* pid = s.find("segment_pool_id")) sx["segment_pool_id"] = to_json_at(*pid, 0, budget);
       if (const Value* ex = s.find("is_expandable"); ex && ex->kind() == Kind::boolean) sx["is_expandable"] = ex->as_bool();
       for (const char* k : {"allocated_size", "active_size", "requested_size"})
-        if (const Value* n = s.find(k); n && n->is_int()) sx[k] = as_u64(*n, where + "." + k);
+        if (const Value* n = s.find(k); n && fits(*n, Shape::u64)) sx[k] = n->as_uint64();
+      // A segment without frames says so with stack -1; "absent" need not repeat it.
+      static constexpr std::string_view kFrames[] = {"frames"};
+      put_notes(note_shape(s, kSegmentKeys), sx, budget,
+                seg_stack == kNoStack && !s.find("frames") ? std::span<const std::string_view>(kFrames)
+                                                           : std::span<const std::string_view>());
+      if (!blocks_x.empty()) sx["blocks_x"] = std::move(blocks_x);
       seg_extras.push_back(std::move(sx));
       w.segments.push_back(std::move(seg));
     }
@@ -472,7 +697,18 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
   // Device traces, merged by time with each device's own order kept (a k-way merge, not a sort,
   // so that export gives every device's entries back in their original order).
   std::vector<std::vector<Event>> per_device;
-  auto trace_extras = nlohmann::json::array();
+  // Entries whose values differ from what export writes by default. compile_context and
+  // user_metadata missing from every entry (torch before 2.2 wrote neither) are noted once, in
+  // "trace_absent", not per entry.
+  struct EntryNotes {
+    std::size_t device, index;
+    nlohmann::json x;
+    std::uint8_t absent_text;  // bit 0: compile_context absent, bit 1: user_metadata absent
+  };
+  std::vector<EntryNotes> entry_notes;
+  std::uint8_t absent_everywhere = 3;
+  auto unknown = nlohmann::json::array();
+  auto none_traces = nlohmann::json::array();
   std::uint64_t skipped = 0;
   if (const Value* traces = root.find("device_traces"); traces && !traces->is_none()) {
     if (!traces->is_list()) bad("device_traces", "not a list");
@@ -481,7 +717,10 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
     for (std::size_t d = 0; d < traces->size(); ++d) {
       const Value& trace = *traces->items()[d];
       per_device.emplace_back();
-      if (trace.is_none()) continue;
+      if (trace.is_none()) {
+        none_traces.push_back(d);
+        continue;
+      }
       if (!trace.is_list()) bad("device_traces[" + std::to_string(d) + "]", "not a list");
       std::size_t kept_index = 0;
       for (std::size_t i = 0; i < trace.size(); ++i) {
@@ -491,7 +730,21 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
         if (!action_v.is_string()) bad(where + ".action", "not a str");
         auto action = action_from_name(action_v.as_string());
         if (!action) {
+          // An action this memsnap does not know (a newer torch): no event, so no analysis sees
+          // it, but the extras keep the entry where it was, for export.
           ++skipped;
+          nlohmann::json u = {{"device", d}, {"position", i}};
+          const ValuePtr frames = entry.find_ptr("frames");
+          const bool intern = internable_frames(frames);
+          if (intern) {
+            const std::uint32_t id = stacks.intern(frames, where + ".frames");
+            u["stack"] = static_cast<std::int64_t>(id);
+          }
+          pickle::DictItems rest;
+          for (const auto& [k, v] : entry.dict_items())
+            if (!(intern && k->is_string() && k->as_string() == "frames")) rest.emplace_back(k, v);
+          u["entry"] = to_json_at(budget.keep(Value::dict(std::move(rest))), 0, budget);
+          unknown.push_back(std::move(u));
           continue;
         }
         Event e;
@@ -509,30 +762,56 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
         if (e.action == Action::oom) w.oom = true;
 
         nlohmann::json x = nlohmann::json::object();
-        std::string cc = field_str(entry, "compile_context", "N/A");
-        std::string um = field_str(entry, "user_metadata", "");
-        if (cc != "N/A") x["compile_context"] = text_json(cc);
-        if (um != "") x["user_metadata"] = text_json(um);
-        nlohmann::json other = nlohmann::json::object();
-        for (const auto& [k, v] : entry.dict_items()) {
-          std::string key = key_text(*k);
-          static const std::unordered_set<std::string> known = {
-              "action", "addr", "size", "stream", "time_us", "frames", "device_free", "compile_context", "user_metadata"};
-          if (!known.count(key)) other[key] = to_json(*v);
+        if (const Value* cc = entry.find("compile_context"); cc && cc->is_string() && cc->as_string() != "N/A")
+          x["compile_context"] = text_json(cc->as_string());
+        if (const Value* um = entry.find("user_metadata"); um && um->is_string() && !um->as_string().empty())
+          x["user_metadata"] = text_json(um->as_string());
+        const ShapeNotes notes = note_shape(entry, e.action == Action::oom ? std::span<const KeySpec>(kOomEntryKeys)
+                                                                           : std::span<const KeySpec>(kEntryKeys));
+        static constexpr std::string_view kText[] = {"compile_context", "user_metadata"};
+        std::uint8_t absent_text = 0;
+        for (auto key : notes.absent) {
+          if (key == kText[0] && !entry.find(key)) absent_text |= 1;
+          if (key == kText[1] && !entry.find(key)) absent_text |= 2;
         }
-        if (!other.empty()) x["other"] = std::move(other);
-        if (!x.empty()) {
-          x["device"] = d;
-          x["index"] = kept_index;
-          trace_extras.push_back(std::move(x));
-        }
+        absent_everywhere &= absent_text;
+        // A missing compile_context or user_metadata is noted below; one there of another type
+        // is listed here with its value.
+        std::vector<std::string_view> skip;
+        if (absent_text & 1) skip.push_back(kText[0]);
+        if (absent_text & 2) skip.push_back(kText[1]);
+        put_notes(notes, x, budget, skip);
+        if (!x.empty() || absent_text != 0) entry_notes.push_back(EntryNotes{d, kept_index, std::move(x), absent_text});
         per_device.back().push_back(e);
         ++kept_index;
       }
     }
   }
+  auto trace_extras = nlohmann::json::array();
+  for (auto& n : entry_notes) {
+    static const char* kTextKeys[] = {"compile_context", "user_metadata"};
+    for (int bit = 0; bit < 2; ++bit)
+      if ((n.absent_text & ~absent_everywhere) & (1u << bit)) {
+        if (!n.x.contains("absent")) n.x["absent"] = nlohmann::json::array();
+        n.x["absent"].push_back(kTextKeys[bit]);
+      }
+    if (n.x.empty()) continue;
+    n.x["device"] = n.device;
+    n.x["index"] = n.index;
+    trace_extras.push_back(std::move(n.x));
+  }
+  entry_notes.clear();
   extras["device_count"] = per_device.size();
   extras["trace_extras"] = std::move(trace_extras);
+  if (!per_device.empty() &&
+      std::any_of(per_device.begin(), per_device.end(), [](const auto& t) { return !t.empty(); })) {
+    auto absent = nlohmann::json::array();
+    if (absent_everywhere & 1) absent.push_back("compile_context");
+    if (absent_everywhere & 2) absent.push_back("user_metadata");
+    if (!absent.empty()) extras["trace_absent"] = std::move(absent);
+  }
+  if (!unknown.empty()) extras["unknown_entries"] = std::move(unknown);
+  if (!none_traces.empty()) extras["none_traces"] = std::move(none_traces);
   extras["skipped_entries"] = skipped;
 
   std::vector<std::size_t> heads(per_device.size(), 0);
@@ -554,15 +833,23 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
 
   const Value* annotations = root.find("external_annotations");
   batches_from_annotations(annotations, opt, w);
-  if (annotations) extras["external_annotations"] = to_json(*annotations);
-  if (const Value* settings = root.find("allocator_settings")) extras["allocator_settings"] = to_json(*settings);
-  nlohmann::json other = nlohmann::json::object();
+  if (annotations) extras["external_annotations"] = to_json_at(*annotations, 0, budget);
+  if (const Value* settings = root.find("allocator_settings"))
+    extras["allocator_settings"] = to_json_at(*settings, 0, budget);
+  // Export writes segments, device_traces and allocator_settings whatever the snapshot had.
+  auto absent = nlohmann::json::array();
+  for (const char* key : {"segments", "device_traces", "allocator_settings"})
+    if (const Value* v = root.find(key); !v || (v->is_none() && std::string_view(key) != "allocator_settings"))
+      absent.push_back(key);
+  if (!absent.empty()) extras["absent"] = std::move(absent);
+  pickle::DictItems other;
   for (const auto& [k, v] : root.dict_items()) {
-    std::string key = key_text(*k);
-    if (key != "segments" && key != "device_traces" && key != "external_annotations" && key != "allocator_settings")
-      other[key] = to_json(*v);
+    const std::string_view key = k->is_string() ? std::string_view(k->as_string()) : std::string_view();
+    const bool known = k->is_string() && (key == "external_annotations" || key == "allocator_settings" ||
+                                          ((key == "segments" || key == "device_traces") && !v->is_none()));
+    if (!known) other.emplace_back(k, v);
   }
-  if (!other.empty()) extras["other_keys"] = std::move(other);
+  if (!other.empty()) extras["other_keys"] = to_json_at(budget.keep(Value::dict(std::move(other))), 0, budget);
 
   rec.windows.push_back(std::move(w));
   return result;
@@ -578,6 +865,38 @@ ImportResult import_snapshot_file(const std::string& path, const ImportOptions& 
   result.record.path = path;
   return result;
 }
+
+namespace {
+// --- export: the extras' notes back into dicts ---------------------------------------------------
+
+bool json_has_string(const nlohmann::json* list, std::string_view s) {
+  if (!list || !list->is_array()) return false;
+  return std::any_of(list->begin(), list->end(),
+                     [&](const nlohmann::json& k) { return k.is_string() && k.get_ref<const std::string&>() == s; });
+}
+
+// Drops the keys x["absent"] (or `absent`) names from items and appends x["other"]'s.
+void apply_notes(pickle::DictItems& items, const nlohmann::json* x, const nlohmann::json* absent = nullptr) {
+  const nlohmann::json* own = x ? json_find(*x, "absent") : nullptr;
+  if (own || absent)
+    std::erase_if(items, [&](const auto& kv) {
+      const std::string& key = kv.first->as_string();
+      return json_has_string(own, key) || json_has_string(absent, key);
+    });
+  if (const nlohmann::json* other = x ? json_find(*x, "other") : nullptr) {
+    ValuePtr v = from_json(*other);
+    if (v->is_dict())
+      for (const auto& kv : v->dict_items()) items.push_back(kv);
+  }
+}
+
+// A str kept as to_json writes it (text, or hex for bytes that are not UTF-8); nullptr otherwise.
+ValuePtr text_value(const nlohmann::json* v) {
+  if (!v || !(v->is_string() || v->is_object())) return nullptr;
+  ValuePtr t = from_json(*v);
+  return t->is_string() ? t : nullptr;
+}
+}  // namespace
 
 ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const nlohmann::json& extras) {
   if (window_index >= rec.windows.size())
@@ -615,9 +934,15 @@ ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const n
   for (std::size_t i = 0; i < w.segments.size(); ++i) {
     const Segment& s = w.segments[i];
     const nlohmann::json* sx = seg_x && seg_x->is_array() && i < seg_x->size() ? &(*seg_x)[i] : nullptr;
+    std::map<std::int64_t, const nlohmann::json*> block_x;
+    if (const nlohmann::json* bx = sx ? json_find(*sx, "blocks_x") : nullptr; bx && bx->is_array())
+      for (const auto& x : *bx)
+        if (const nlohmann::json* j = json_find(x, "index"); j && j->is_number_integer())
+          block_x[j->get<std::int64_t>()] = &x;
     std::uint64_t allocated = 0, active = 0, requested = 0;
     std::vector<ValuePtr> blocks;
-    for (const Block& b : s.blocks) {
+    for (std::size_t j = 0; j < s.blocks.size(); ++j) {
+      const Block& b = s.blocks[j];
       if (b.state == 1) allocated += b.size;
       if (b.state != 0) {
         active += b.size;
@@ -628,6 +953,8 @@ ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const n
                            {str("requested_size"), u64(b.requested_size)},
                            {str("state"), str(block_state_name(b.state))}};
       if (b.stack_id != kNoStack) bd.emplace_back(str("frames"), frames_of(b.stack_id));
+      auto it = block_x.find(static_cast<std::int64_t>(j));
+      apply_notes(bd, it == block_x.end() ? nullptr : it->second);
       blocks.push_back(Value::dict(std::move(bd)));
     }
     auto size_field = [&](const char* key, std::uint64_t derived) {
@@ -635,10 +962,14 @@ ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const n
       return v && v->is_number_integer() ? u64(v->get<std::uint64_t>()) : u64(derived);
     };
     ValuePtr pool_id = Value::tuple({Value::integer(0), Value::integer(0)});
-    if (const nlohmann::json* p = sx ? json_find(*sx, "segment_pool_id") : nullptr; p && p->is_array()) {
-      std::vector<ValuePtr> parts;
-      for (const auto& e : *p) parts.push_back(from_json(e));
-      pool_id = Value::tuple(std::move(parts));
+    if (const nlohmann::json* p = sx ? json_find(*sx, "segment_pool_id") : nullptr) {
+      if (p->is_array()) {  // a plain pair (as a person writes it): torch's tuple
+        std::vector<ValuePtr> parts;
+        for (const auto& e : *p) parts.push_back(from_json(e));
+        pool_id = Value::tuple(std::move(parts));
+      } else {
+        pool_id = from_json(*p);
+      }
     }
     bool expandable = false;
     if (const nlohmann::json* e = sx ? json_find(*sx, "is_expandable") : nullptr; e && e->is_boolean()) {
@@ -667,6 +998,7 @@ ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const n
     else if (seg_stack == -2)
       sd.emplace_back(str("frames"), Value::list({}));
     sd.emplace_back(str("blocks"), Value::list(std::move(blocks)));
+    apply_notes(sd, sx);
     segments.push_back(Value::dict(std::move(sd)));
   }
 
@@ -676,12 +1008,35 @@ ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const n
     for (const auto& x : *tx)
       if (x.contains("device") && x.contains("index") && x["device"].is_number_integer() && x["index"].is_number_integer())
         entry_x[{x["device"].get<std::int64_t>(), x["index"].get<std::int64_t>()}] = &x;
+  const nlohmann::json* trace_absent = json_find(extras, "trace_absent");
 
   std::size_t device_count = 0;
   if (const nlohmann::json* dc = json_find(extras, "device_count"); dc && dc->is_number_integer())
     device_count = dc->get<std::size_t>();
   for (const Event& e : w.events)
     if (e.device >= 0) device_count = std::max(device_count, static_cast<std::size_t>(e.device) + 1);
+  // Entries with actions memsnap does not know, by device, at their place in the original trace.
+  std::map<std::size_t, std::vector<std::pair<std::size_t, ValuePtr>>> unknown;
+  if (const nlohmann::json* ux = json_find(extras, "unknown_entries"); ux && ux->is_array()) {
+    for (const auto& u : *ux) {
+      const nlohmann::json* d = json_find(u, "device");
+      const nlohmann::json* pos = json_find(u, "position");
+      const nlohmann::json* entry = json_find(u, "entry");
+      if (!d || !pos || !entry || !d->is_number_integer() || !pos->is_number_integer() || d->get<std::int64_t>() < 0 ||
+          pos->get<std::int64_t>() < 0)
+        continue;
+      const auto device = d->get<std::size_t>();
+      if (device >= static_cast<std::size_t>(std::numeric_limits<std::int16_t>::max())) continue;
+      ValuePtr v = from_json(*entry);
+      if (const nlohmann::json* st = json_find(u, "stack"); st && st->is_number_integer() && v->is_dict()) {
+        pickle::DictItems items = v->dict_items();
+        items.emplace_back(str("frames"), frames_of(static_cast<std::uint32_t>(st->get<std::int64_t>())));
+        v = Value::dict(std::move(items));
+      }
+      unknown[device].emplace_back(pos->get<std::size_t>(), std::move(v));
+      device_count = std::max(device_count, device + 1);
+    }
+  }
   std::vector<std::vector<ValuePtr>> traces(device_count);
   ValuePtr na = str("N/A"), empty = str("");
   for (const Event& e : w.events) {
@@ -699,19 +1054,35 @@ ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const n
     ed.emplace_back(str("size"), u64(e.size));
     ed.emplace_back(str("stream"), u64(e.stream));
     ed.emplace_back(str("time_us"), Value::integer(time_us));
-    auto text = [&](const char* key, const ValuePtr& fallback) {
-      const nlohmann::json* v = x ? json_find(*x, key) : nullptr;
-      return v && v->is_string() ? str(v->get<std::string>()) : fallback;
-    };
-    ed.emplace_back(str("compile_context"), text("compile_context", na));
-    ed.emplace_back(str("user_metadata"), text("user_metadata", empty));
+    ValuePtr cc = text_value(x ? json_find(*x, "compile_context") : nullptr);
+    ValuePtr um = text_value(x ? json_find(*x, "user_metadata") : nullptr);
+    ed.emplace_back(str("compile_context"), cc ? cc : na);
+    ed.emplace_back(str("user_metadata"), um ? um : empty);
     if (e.stack_id != kNoStack) ed.emplace_back(str("frames"), frames_of(e.stack_id));
-    if (const nlohmann::json* other = x ? json_find(*x, "other") : nullptr; other && other->is_object())
-      for (auto it = other->begin(); it != other->end(); ++it) ed.emplace_back(str(it.key()), from_json(it.value()));
+    apply_notes(ed, x, trace_absent);
     trace.push_back(Value::dict(std::move(ed)));
   }
+  for (auto& [device, entries] : unknown) {
+    std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<ValuePtr> known = std::move(traces[device]), merged;
+    merged.reserve(known.size() + entries.size());
+    std::size_t k = 0;
+    for (auto& [pos, v] : entries) {
+      while (merged.size() < pos && k < known.size()) merged.push_back(known[k++]);
+      merged.push_back(std::move(v));
+    }
+    while (k < known.size()) merged.push_back(known[k++]);
+    traces[device] = std::move(merged);
+  }
+  const nlohmann::json* none_traces = json_find(extras, "none_traces");
   std::vector<ValuePtr> trace_values;
-  for (auto& t : traces) trace_values.push_back(Value::list(std::move(t)));
+  for (std::size_t d = 0; d < traces.size(); ++d) {
+    const bool none = traces[d].empty() && none_traces && none_traces->is_array() &&
+                      std::any_of(none_traces->begin(), none_traces->end(), [&](const nlohmann::json& n) {
+                        return n.is_number_integer() && n.get<std::int64_t>() == static_cast<std::int64_t>(d);
+                      });
+    trace_values.push_back(none ? Value::none() : Value::list(std::move(traces[d])));
+  }
 
   pickle::DictItems root{{str("segments"), Value::list(std::move(segments))},
                          {str("device_traces"), Value::list(std::move(trace_values))}};
@@ -719,13 +1090,30 @@ ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const n
   root.emplace_back(str("allocator_settings"), settings ? from_json(*settings) : Value::dict({}));
   if (const nlohmann::json* ann = json_find(extras, "external_annotations"))
     root.emplace_back(str("external_annotations"), from_json(*ann));
-  if (const nlohmann::json* other = json_find(extras, "other_keys"); other && other->is_object())
-    for (auto it = other->begin(); it != other->end(); ++it) root.emplace_back(str(it.key()), from_json(it.value()));
+  // Top-level keys memsnap does not interpret, as one dict (to_json's form).
+  nlohmann::json notes = nlohmann::json::object();
+  if (const nlohmann::json* a = json_find(extras, "absent")) notes["absent"] = *a;
+  if (const nlohmann::json* other = json_find(extras, "other_keys")) notes["other"] = *other;
+  apply_notes(root, &notes);
   return Value::dict(std::move(root));
 }
 
 std::string export_snapshot(const RankRecord& rec, std::size_t window_index, const nlohmann::json& extras) {
   return pickle::write(snapshot_value(rec, window_index, extras));
+}
+
+void shift_extras_stacks(nlohmann::json& extras, std::uint32_t stack_base) {
+  auto shift = [&](nlohmann::json& holder) {
+    if (!holder.is_object()) return;
+    auto it = holder.find("stack");
+    if (it == holder.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0) return;
+    *it = it->get<std::int64_t>() + static_cast<std::int64_t>(stack_base);
+  };
+  for (const char* list : {"segments", "unknown_entries"}) {
+    auto it = extras.is_object() ? extras.find(list) : extras.end();
+    if (it == extras.end() || !it->is_array()) continue;
+    for (auto& x : *it) shift(x);
+  }
 }
 
 std::string export_snapshot(const RankRecord& rec, std::size_t window_index) {

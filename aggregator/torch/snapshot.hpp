@@ -5,24 +5,27 @@
 // Export: one window becomes a protocol-4 pickle with the keys and value types of _dump_snapshot,
 // which pickle.load and torch.cuda._memory_viz read.
 //
-// What a round trip (import, then export with the ImportResult::extras) does not give back:
-//  - Key order inside segment dicts is always device, address, total_size, allocated_size,
-//    active_size, requested_size, stream, segment_type, segment_pool_id, is_expandable, frames,
-//    blocks (torch 2.11 itself writes frames and blocks in either order). Dict equality in Python
-//    ignores key order.
-//  - Memo layout differs: the bytes are not identical, the values are. Frame lists that torch
-//    shared by identity are shared again (one list per interned stack), which may share more.
-//  - Trace entries whose action memsnap does not know are skipped (counted in
-//    extras["skipped_entries"]); entries on device traces are exported in their original order.
-//  - Integers are read as unsigned 64-bit for addr/size/stream/device_free: a negative value there
-//    (never seen in torch output) comes back as its two's-complement unsigned value.
-//  - Frame line numbers are kept as 32-bit unsigned.
-//  - Without extras (e.g. a record read back from the store): segment_pool_id is (0, 0),
-//    is_expandable is true only when a segment_map/unmap event falls inside the segment, segment
-//    frames are [], compile_context is "N/A", user_metadata is "", allocator_settings is {} and
-//    external_annotations is absent. allocated/active/requested sizes are derived from the blocks
-//    (the same sums torch reports).
+// A round trip (import, then export with the ImportResult::extras, also through the store,
+// which keeps them as WindowRecord::source_extras) gives back the same values as pickle.load
+// sees them: segments with their blocks, pool ids, expandable flags and frames, every device
+// trace entry with its compile_context, user_metadata and unknown keys, entries whose action
+// memsnap does not know at their place, allocator_settings, external_annotations and any other
+// top-level key, and keys a snapshot lacks stay absent. What it does not give back:
+//  - Key order inside dicts (Python's dict equality ignores it), and the memo layout: the bytes
+//    are not identical, the values are. Frame lists that torch shared by identity are shared
+//    again (one list per interned stack), which may share more.
+//  - Frames are kept as (name, filename, line): other keys of a frame dict, a name or filename
+//    that is not a str (read as ""), a line outside 0..2^32-1 and a tuple of frames (a list
+//    again) are not.
+//  - Values nested deeper than 200 containers in the extras come back as a marker string.
+//  - Without extras (e.g. a record from a source other than torch, or from a store written
+//    before source_extras existed): segment_pool_id is (0, 0), is_expandable is true only when a
+//    segment_map/unmap event falls inside the segment, segment frames are [], compile_context is
+//    "N/A", user_metadata is "", allocator_settings is {} and external_annotations is absent.
+//    allocated/active/requested sizes are derived from the blocks (the same sums torch reports).
 //  - Events on device -1 (host memory, from other sources) have no device trace and are left out.
+//  - A record changed after import (events dropped, windows merged) keeps its extras by position:
+//    notes for entries that no longer exist are ignored.
 #pragma once
 
 #include <cstddef>
@@ -52,16 +55,28 @@ struct ImportOptions {
   std::string run_name;
 };
 
-/// The record plus what has no place in it, as JSON:
-///  "allocator_settings", "external_annotations"  (as in the pickle; tuples become arrays)
-///  "device_count"        number of device traces
+/// The record plus what has no place in it, as JSON (pickled values as to_json writes them):
+///  "allocator_settings", "external_annotations"  as in the pickle
+///  "device_count"        number of device traces ("none_traces": those that were None)
 ///  "segments"            one object per window segment: "stack" (frame stack id, -1 when the
-///                        segment has no frames key), "segment_pool_id" [a, b], "is_expandable",
-///                        "allocated_size", "active_size", "requested_size"
-///  "trace_extras"        [{"device", "index", "compile_context"?, "user_metadata"?, "other"?}]
-///                        only for entries whose values differ from "N/A" / "" or carry other keys
-///  "skipped_entries"     trace entries with an unknown action
-///  "other_keys"          top-level keys memsnap does not interpret
+///                        segment has no frames key), "segment_pool_id", "is_expandable",
+///                        "allocated_size", "active_size", "requested_size", and where the
+///                        segment differs from what export writes from the record: "absent"
+///                        (keys it lacks, or holds with another type), "other" (those values and
+///                        keys memsnap does not know, as a dict), "blocks_x" ([{"index",
+///                        "absent"?, "other"?}] for such blocks)
+///  "trace_extras"        [{"device", "index", "compile_context"?, "user_metadata"?, "absent"?,
+///                        "other"?}] for entries whose values differ from "N/A" / "" or whose
+///                        shape differs; index counts the device's known entries (its events)
+///  "trace_absent"        keys no trace entry has (torch before 2.2: compile_context, user_metadata)
+///  "unknown_entries"     [{"device", "position", "entry", "stack"?}]: entries whose action memsnap
+///                        does not know, at `position` in their device's trace as torch wrote it;
+///                        "entry" is the whole entry, less its frames when those are interned
+///                        as "stack"
+///  "skipped_entries"     how many entries those are: trace entries that are no event, so no
+///                        analysis sees them (export still writes them back)
+///  "absent"              which of segments, device_traces, allocator_settings the snapshot lacks
+///  "other_keys"          top-level keys memsnap does not interpret, as one dict
 struct ImportResult {
   RankRecord record;
   nlohmann::json extras;
@@ -100,10 +115,20 @@ std::string export_snapshot(const RankRecord& record, std::size_t window_index);
 std::string export_snapshot(const RankRecord& record, std::size_t window_index,
                             const nlohmann::json& extras);
 
-/// Converts a pickled value to JSON (tuples to arrays, bytes to {"__bytes_hex__": ...}, ints
-/// beyond 64 bits to their decimal text, non-str dict keys to their decimal/text form).
+/// Converts a pickled value to JSON that from_json turns back into an equal value: None, bools,
+/// ints within 64 bits, finite floats, UTF-8 strs, lists and dicts with UTF-8 str keys as JSON's
+/// own types; anything else as a one-member object: {"__tuple__": [...]}, {"__bytes_hex__": h},
+/// {"__str_hex__": h} (a str that is not UTF-8), {"__int_le_hex__": h} (an int beyond 64 bits,
+/// two's-complement little-endian), {"__float__": "nan" | "inf" | "-inf"}, {"__dict__": [[k, v],
+/// ...]} (a dict with other keys, or one that would read as such an object). Values nested
+/// deeper than 200 containers become a marker string. Shared references are expanded:
+/// SnapshotError when that makes more than 2^20 values and 64 times the distinct values read.
 nlohmann::json to_json(const pickle::Value& value);
-/// The inverse for JSON types (arrays become lists).
+/// The inverse (JSON arrays become lists).
 pickle::ValuePtr from_json(const nlohmann::json& json);
+
+/// Adds `stack_base` to every stack id the extras name (segments' and unknown entries' "stack"):
+/// when a record's stacks are appended to another's, its extras must follow.
+void shift_extras_stacks(nlohmann::json& extras, std::uint32_t stack_base);
 
 }  // namespace memsnap::torch

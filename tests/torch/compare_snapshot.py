@@ -1,4 +1,6 @@
 """Compares a snapshot exported by memsnap with the torch original; prints OK or the differences.
+(roundtrip_equal.py compares every value; this one names every differing key, and with --core
+only what a record keeps without the import's extras.)
 
 usage: compare_snapshot.py [--core] ORIGINAL EXPORTED
   default: segments, trace entries, allocator_settings and external_annotations must be equal.
