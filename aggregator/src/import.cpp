@@ -154,12 +154,20 @@ int import_main(const ImportCliOptions& o) {
     RankRecord merged;
     bool first = true;
     bool bad = false;
-    for (const auto& [batch, path] : files) {
+    for (std::size_t fi = 0; fi < files.size(); ++fi) {
+      const auto& [batch, path] = files[fi];
       try {
         torch::ImportOptions io;
         io.rank = rank;
         io.world_size = world;
         io.batch = batch;
+        // Batches in the window: --interval, else the distance to the rank's neighbouring window
+        // (Composer's repeated windows are `interval` batches apart), else unknown.
+        io.expected_batches = o.interval;
+        if (io.expected_batches == 0 && files.size() > 1) {
+          const std::int64_t gap = fi > 0 ? batch - files[fi - 1].first : files[1].first - batch;
+          if (gap > 0 && gap <= 100000) io.expected_batches = static_cast<int>(gap);
+        }
         io.run_name = run_name;
         torch::ImportResult r = torch::import_snapshot_file(path.string(), io);
         // What the record has no place for travels with the window, so that export gives the

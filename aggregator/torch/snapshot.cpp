@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "memsnap/batch_inference.hpp"
 #include "torch/pickle_writer.hpp"
 
 namespace memsnap::torch {
@@ -228,58 +229,41 @@ std::vector<LiveAlloc> reconstruct_live_at_start(const WindowRecord& w,
   return live;
 }
 
-// --- batches from external annotations ---------------------------------------------------------
+// --- batches ----------------------------------------------------------------------------------
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-std::optional<std::int64_t> trailing_number(const std::string& s) {
-  std::size_t end = s.size();
-  std::size_t begin = end;
-  while (begin > 0 && std::isdigit(static_cast<unsigned char>(s[begin - 1]))) --begin;
-  if (begin == end || end - begin > 15) return std::nullopt;
-  return std::stoll(s.substr(begin));
-}
-
-void batches_from_annotations(const Value* annotations, const ImportOptions& opt, WindowRecord& w) {
-  struct Mark {
-    std::int64_t time_ns;
-    std::optional<std::int64_t> number;
-  };
-  std::vector<Mark> generic, optimizer;
-  if (annotations && (annotations->is_list() || annotations->is_tuple())) {
-    for (const auto& a : annotations->items()) {
-      if (!a->is_dict()) continue;
-      std::string name = field_str(*a, "name");
-      std::string stage = field_str(*a, "stage");
-      const Value* t = a->find("time_us");
-      if (!t || t->kind() != Kind::integer) continue;
-      std::int64_t time_us = t->as_int64();
-      if (time_us > std::numeric_limits<std::int64_t>::max() / 1000 || time_us < std::numeric_limits<std::int64_t>::min() / 1000)
-        continue;
-      std::int64_t time_ns = time_us * 1000;
-      std::string l = lower(name);
-      if (l.rfind("optimizer.step", 0) == 0) {
-        if (stage == "END") optimizer.push_back({time_ns, std::nullopt});
-      } else if (l.find("step") != std::string::npos || l.find("batch") != std::string::npos) {
-        if (stage == "START") generic.push_back({time_ns, trailing_number(name)});
-      }
-    }
+// The trace's external annotations (record_function ranges), for batch inference.
+std::vector<Annotation> annotations_of(const Value* annotations) {
+  std::vector<Annotation> out;
+  if (!annotations || !(annotations->is_list() || annotations->is_tuple())) return out;
+  for (const auto& a : annotations->items()) {
+    if (!a->is_dict()) continue;
+    const Value* t = a->find("time_us");
+    if (!t || t->kind() != Kind::integer) continue;
+    const std::int64_t time_us = t->as_int64();
+    if (time_us > std::numeric_limits<std::int64_t>::max() / 1000 || time_us < std::numeric_limits<std::int64_t>::min() / 1000)
+      continue;
+    const std::string stage = field_str(*a, "stage");
+    if (stage != "START" && stage != "END") continue;
+    out.push_back(Annotation{field_str(*a, "name"), stage == "START", time_us * 1000});
   }
-  auto& marks = generic.empty() ? optimizer : generic;
-  std::stable_sort(marks.begin(), marks.end(), [](const Mark& a, const Mark& b) { return a.time_ns < b.time_ns; });
-  const auto n = static_cast<std::int64_t>(marks.size());
-  bool numbered = n > 0 && std::all_of(marks.begin(), marks.end(), [](const Mark& m) { return m.number.has_value(); });
-  std::int64_t first = opt.batch_start >= 0 ? opt.batch_start + 1 : opt.batch - n + 1;
-  for (std::int64_t i = 0; i < n; ++i)
-    w.batches.push_back(BatchMark{numbered ? *marks[i].number : first + i, marks[i].time_ns});
-  if (opt.batch_start >= 0)
+  return out;
+}
+
+// Batches: the trace's own marks if it has any, else inferred from its structure; an explicit
+// batch_start renumbers them from it.
+void find_batches(const RankRecord& rec, const Value* annotations, const ImportOptions& opt, WindowRecord& w) {
+  BatchInferenceOptions bo;
+  bo.expected_batches = opt.expected_batches;
+  const InferredBatches found = infer_batches(rec, w, annotations_of(annotations), bo);
+  apply_inferred_batches(found, w);
+  if (found.method == "step_annotation") w.batch_method = "recorded";  // the source's own marks
+  if (opt.batch_start >= 0 && !w.batches.empty()) {
+    const std::int64_t shift = opt.batch_start + (w.batch_start < w.batches.front().batch ? 1 : 0) - w.batches.front().batch;
+    for (auto& b : w.batches) b.batch += shift;
     w.batch_start = opt.batch_start;
-  else if (n == 0)
-    w.batch_start = opt.batch;
-  else
-    w.batch_start = std::max<std::int64_t>(0, w.batches.front().batch - 1);
+  } else if (opt.batch_start >= 0) {
+    w.batch_start = opt.batch_start;
+  }
 }
 
 // --- pickle <-> JSON -------------------------------------------------------------------------
@@ -832,7 +816,7 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
   w.live_at_start = reconstruct_live_at_start(w, segment_stacks);
 
   const Value* annotations = root.find("external_annotations");
-  batches_from_annotations(annotations, opt, w);
+  find_batches(rec, annotations, opt, w);
   if (annotations) extras["external_annotations"] = to_json_at(*annotations, 0, budget);
   if (const Value* settings = root.find("allocator_settings"))
     extras["allocator_settings"] = to_json_at(*settings, 0, budget);

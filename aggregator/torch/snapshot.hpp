@@ -52,6 +52,7 @@ struct ImportOptions {
   int world_size = 0;           // 0: unknown
   std::int64_t batch = 0;       // the window's batch_end (Composer's {batch})
   std::int64_t batch_start = -1;  // -1: derived (see import_snapshot_full)
+  int expected_batches = 0;       // batches the window spans when known (the config's interval)
   std::string run_name;
 };
 
@@ -91,12 +92,13 @@ struct ImportResult {
 /// and reserved ranges (segment_alloc/map add, segment_free/unmap remove) that were live before
 /// the trace began. See the comment in snapshot.cpp for the edge cases.
 ///
-/// Batches: torch records no batch markers. External annotations that name a step or batch
-/// ("ProfilerStep#5", "batch 3", any name with "step"/"batch") start a batch at their START;
-/// failing those, each END of "Optimizer.step..." starts the next batch. Marks are numbered from
-/// a trailing number in the name when every mark has one, else so that the last is opt.batch.
-/// batch_start is opt.batch_start when given, else the batch before the first mark, else
-/// opt.batch.
+/// Batches: torch records no batch markers. Annotations that name a step or batch
+/// ("ProfilerStep#5", "batch 3") are the trace's own marks (batch_method "recorded", numbered
+/// from a trailing number in the name when every mark has one); failing those, the boundaries are
+/// inferred from the trace (memsnap/batch_inference.hpp: a recurring annotation such as
+/// Optimizer.step, a recurring frame, the allocation sequence's period), with the method and its
+/// confidence kept in the window. Unnumbered marks end at opt.batch (the window closes with the
+/// batch it is named after). opt.batch_start, when given, renumbers them from it.
 ImportResult import_snapshot_full(const pickle::Value& root, const ImportOptions& opt);
 
 /// import_snapshot_full without the extras.

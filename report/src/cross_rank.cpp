@@ -273,7 +273,10 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
                         {"detail", "rank " + std::to_string(r) + " holds " + human_bytes(static_cast<std::uint64_t>(excess)) +
                                        " more than the median rank at every batch boundary" +
                                        (site.empty() ? "" : ", most of it at " + site) +
-                                       "; sharded state should be equal across ranks"}});
+                                       "; sharded state should be equal across ranks" +
+                                       (site == "<no stack>" ? " (allocated before recording began, so without frames: start "
+                                                               "recording earlier to see where)"
+                                                             : "")}});
   }
 
   // Spike: one batch's peak far above that batch's median across ranks, and far above the
