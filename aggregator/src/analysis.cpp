@@ -215,12 +215,27 @@ void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& 
         (static_cast<double>(s.batches.back().min_allocated) - static_cast<double>(s.batches.front().min_allocated)) / spans;
     s.growth_monotone = true;
     for (std::size_t b = 1; b < nb; ++b) s.growth_monotone &= s.batches[b].min_allocated >= s.batches[b - 1].min_allocated;
+    // The site of what leaks: allocations made from the first batch on, before the last batch
+    // began, and never freed by the window's end. A batch's own tensors are gone a batch later
+    // (gradients at the next zero_grad, outputs when their names are rebound); these are not.
+    std::vector<std::int64_t> starts;
+    for (const auto& m : w.batches) starts.push_back(m.time_ns);
+    std::sort(starts.begin(), starts.end());
+    const Action free_at = free_action(w);
+    std::unordered_map<std::uint64_t, const Event*> made;
+    for (const Event& e : w.events) {
+      const auto key = live_key(e.device, e.addr);
+      if (e.action == Action::alloc) made[key] = &e;
+      else if (e.action == free_at) made.erase(key);
+    }
+    Tally kept;
+    for (const auto& [key, e] : made) {
+      if (e->time_ns >= starts.front() && e->time_ns < starts.back()) kept[site_of(e->stack_id).first] += static_cast<double>(e->size);
+    }
     double best = 0;
-    for (const auto& [name, last] : at_start[nb - 1]) {
-      auto it = at_start[0].find(name);
-      const double g = (last - (it == at_start[0].end() ? 0 : it->second)) / spans;
-      if (g > best) {
-        best = g;
+    for (const auto& [name, bytes] : kept) {
+      if (bytes / spans > best) {
+        best = bytes / spans;
         s.growth_site = name;
       }
     }
