@@ -1,0 +1,170 @@
+// Batch inference on traces made to a plan: each method is reached when (and only when) the
+// evidence it trusts is there, and the boundaries land where the plan put them.
+#include <gtest/gtest.h>
+
+#include "memsnap/analysis.hpp"
+#include "memsnap/batch_inference.hpp"
+
+namespace memsnap {
+namespace {
+
+constexpr std::uint64_t MiB = 1024 * 1024;
+
+// A loop of `batches` batches, each: `micro` forward passes allocating `layers` activations
+// (freed after their backward), each micro-batch's gradients (kept until the optimizer step at the
+// batch's end). `stacks` false: no frames anywhere. Returns each batch's first event index.
+struct Trace {
+  RankRecord rank;
+  WindowRecord w;
+  std::vector<std::size_t> batch_first_event;
+};
+
+Trace make_trace(int batches, int micro, int layers, bool stacks, std::uint64_t leak = 0) {
+  Trace t;
+  RankRecord& r = t.rank;
+  if (stacks) {
+    r.frames = {{"forward", "model.py", 10}, {"backward", "train.py", 42}, {"step", "train.py", 50}, {"train", "train.py", 30}};
+    r.stacks = {{0, 3}, {1, 3}, {2, 3}};
+  }
+  std::int64_t now = 1000;
+  std::uint64_t addr = 0x10000;
+  auto ev = [&](Action a, std::uint64_t at, std::uint64_t size, std::uint32_t stack) {
+    Event e;
+    e.time_ns = now += 1000;
+    e.action = a;
+    e.addr = at;
+    e.size = size;
+    e.stack_id = stacks ? stack : kNoStack;
+    t.w.events.push_back(e);
+  };
+  for (int b = 0; b < batches; ++b) {
+    t.batch_first_event.push_back(t.w.events.size());
+    std::vector<std::uint64_t> grads;
+    for (int m = 0; m < micro; ++m) {
+      std::vector<std::uint64_t> acts;
+      for (int l = 0; l < layers; ++l) {
+        acts.push_back(addr += 0x100000);
+        ev(Action::alloc, acts.back(), (8 + l) * MiB, 0);
+      }
+      for (int l = layers - 1; l >= 0; --l) {
+        if (m == 0) {
+          grads.push_back(addr += 0x100000);
+          ev(Action::alloc, grads.back(), MiB + l * 4096, 1);
+        } else {  // accumulated: computed into a temporary, added in place, freed
+          const std::uint64_t tmp = addr += 0x100000;
+          ev(Action::alloc, tmp, MiB + l * 4096, 1);
+          ev(Action::free_requested, tmp, MiB + l * 4096, 1);
+          ev(Action::free_completed, tmp, MiB + l * 4096, 1);
+        }
+        ev(Action::free_requested, acts[l], (8 + l) * MiB, 0);
+        ev(Action::free_completed, acts[l], (8 + l) * MiB, 0);
+      }
+    }
+    if (leak) ev(Action::alloc, addr += 0x100000, leak, 2);
+    for (auto g : grads) {
+      ev(Action::free_requested, g, 0, 1);
+      ev(Action::free_completed, g, 0, 1);
+    }
+  }
+  t.w.batch_end = 10;
+  t.w.open_time_ns = 1000;
+  t.w.close_time_ns = now + 1;
+  t.w.closed = true;
+  return t;
+}
+
+TEST(BatchInference, RecurringFrameFindsEveryBatchStart) {
+  Trace t = make_trace(5, 1, 6, true);
+  const auto found = infer_batches(t.rank, t.w, {});
+  EXPECT_EQ(found.method, "recurring_frame");
+  ASSERT_EQ(found.starts.size(), 5u) << found.detail;
+  EXPECT_EQ(found.starts[0], t.w.open_time_ns);  // the window opened at a batch start
+  for (std::size_t b = 1; b < 5; ++b) EXPECT_EQ(found.starts[b], t.w.events[t.batch_first_event[b]].time_ns) << b;
+  EXPECT_GT(found.confidence, 0.8);
+}
+
+TEST(BatchInference, WithoutFramesThePeriodOfSizesFindsThem) {
+  Trace t = make_trace(6, 1, 5, false);
+  const auto found = infer_batches(t.rank, t.w, {});
+  EXPECT_EQ(found.method, "periodicity") << found.detail;
+  ASSERT_EQ(found.starts.size(), 6u) << found.detail;
+  for (std::size_t b = 1; b < 6; ++b) EXPECT_EQ(found.starts[b], t.w.events[t.batch_first_event[b]].time_ns) << b;
+}
+
+TEST(BatchInference, RecurringAnnotationWinsOverFrames) {
+  Trace t = make_trace(4, 1, 6, true);
+  std::vector<Annotation> ann;
+  for (std::size_t b = 1; b < 4; ++b) {
+    const auto t_step = t.w.events[t.batch_first_event[b] - 1].time_ns;  // the step ends each batch
+    ann.push_back({"Optimizer.step#SGD.step", true, t_step - 500});
+    ann.push_back({"Optimizer.step#SGD.step", false, t_step + 1});
+  }
+  ann.push_back({"Optimizer.step#SGD.step", true, t.w.close_time_ns - 2});
+  ann.push_back({"Optimizer.step#SGD.step", false, t.w.close_time_ns - 1});
+  ann.push_back({"Optimizer.step#SGD.step", true, t.w.close_time_ns + 1'000'000});  // after the trace: ignored
+  const auto found = infer_batches(t.rank, t.w, ann);
+  EXPECT_EQ(found.method, "recurring_annotation") << found.detail;
+  ASSERT_EQ(found.starts.size(), 4u) << found.detail;
+  for (std::size_t b = 1; b < 4; ++b) EXPECT_EQ(found.starts[b], t.w.events[t.batch_first_event[b]].time_ns) << b;
+}
+
+TEST(BatchInference, StepAnnotationsAreTheTracesOwnMarks) {
+  Trace t = make_trace(3, 1, 4, true);
+  std::vector<Annotation> ann = {{"ProfilerStep#7", true, t.w.events[0].time_ns}, {"ProfilerStep#8", true, t.w.events[t.batch_first_event[1]].time_ns}};
+  const auto found = infer_batches(t.rank, t.w, ann);
+  EXPECT_EQ(found.method, "step_annotation");
+  EXPECT_TRUE(found.numbered);
+  EXPECT_EQ(found.numbers, (std::vector<std::int64_t>{7, 8}));
+}
+
+TEST(BatchInference, MicroBatchesAreGroupedIntoBatches) {
+  // Gradient accumulation: every forward allocation recurs twice a batch.
+  Trace t = make_trace(4, 2, 6, true);
+  BatchInferenceOptions known;
+  known.expected_batches = 4;
+  for (const auto& opt : {known, BatchInferenceOptions{}}) {
+    const auto found = infer_batches(t.rank, t.w, {}, opt);
+    ASSERT_EQ(found.starts.size(), 4u) << opt.expected_batches << ": " << found.detail;
+    for (std::size_t b = 1; b < 4; ++b) EXPECT_EQ(found.starts[b], t.w.events[t.batch_first_event[b]].time_ns) << b;
+    EXPECT_NE(found.detail.find("micro-batches"), std::string::npos) << found.detail;
+  }
+}
+
+TEST(BatchInference, NoStructureNoBatches) {
+  Trace t;
+  std::uint64_t x = 12345;
+  for (int i = 0; i < 200; ++i) {  // sizes from a generator with no period
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    Event e;
+    e.time_ns = 1000 + i * 1000;
+    e.action = Action::alloc;
+    e.addr = 0x1000 * (i + 1);
+    e.size = (x >> 20) % 100000 + 1;
+    t.w.events.push_back(e);
+  }
+  t.w.batch_end = 3;
+  const auto found = infer_batches(t.rank, t.w, {});
+  EXPECT_EQ(found.method, "none") << found.detail;
+  EXPECT_TRUE(found.starts.empty());
+  apply_inferred_batches(found, t.w);
+  EXPECT_EQ(t.w.batch_start, 3);
+  EXPECT_TRUE(t.w.batches.empty());
+}
+
+TEST(BatchInference, AppliedBatchesGiveALeakItsGrowthAndSite) {
+  Trace t = make_trace(5, 1, 6, true, 3 * MiB);
+  const auto found = infer_batches(t.rank, t.w, {});
+  apply_inferred_batches(found, t.w);
+  EXPECT_EQ(t.w.batch_method, "recurring_frame");
+  EXPECT_EQ(t.w.batch_start, 6);
+  ASSERT_EQ(t.w.batches.size(), 5u);
+  EXPECT_EQ(t.w.batches.back().batch, 10);
+  const WindowStats s = analyse_window(t.rank, t.w);
+  EXPECT_TRUE(s.growth_monotone);
+  EXPECT_NEAR(s.growth_per_batch, 3.0 * MiB, 1.0);
+  EXPECT_EQ(s.growth_site, "step (train.py:50)");
+  EXPECT_NEAR(s.growth_site_per_batch, 3.0 * MiB, 1.0);
+}
+
+}  // namespace
+}  // namespace memsnap
