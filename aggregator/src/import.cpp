@@ -6,6 +6,7 @@
 // the work under mpirun. The folder is removed afterwards.
 #include <unistd.h>
 
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <random>
@@ -49,6 +50,29 @@ void merge_into(RankRecord& into, RankRecord&& from) {
       }
     }
     into.windows.push_back(std::move(w));
+  }
+}
+
+// One line on how the windows' batches were found, so a user sees at once when they were inferred
+// (and where nothing was found).
+void print_batch_methods(const fs::path& store, std::ostream& out) {
+  try {
+    std::map<std::string, int> count;
+    double lowest = 1;
+    for (const auto& row : StoreReader(store).summary()) {
+      if (row.window < 0) continue;
+      ++count[row.batch_method];
+      if (row.batch_method != "recorded" && row.batch_method != "none") lowest = std::min(lowest, row.batch_confidence);
+    }
+    if (count.empty() || (count.size() == 1 && count.count("recorded"))) return;
+    std::string line;
+    for (const auto& [method, n] : count) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + method;
+    char conf[32];
+    std::snprintf(conf, sizeof conf, "%.2f", lowest);
+    out << "memsnap import: batch boundaries: " << line << " (lowest confidence " << conf
+        << "; memsnap info --json has each window's; give --interval if the windows' batch count is known)\n";
+  } catch (const std::exception&) {
+    // the store was just written; a failure to read it back is reported by whoever opens it next
   }
 }
 
@@ -206,8 +230,11 @@ int import_main(const ImportCliOptions& o) {
     ao.keep_going = o.keep_going || world > static_cast<int>(by_rank.size());
     try {
       aggregate(ao, comm->get());
-      if (root) std::cout << "memsnap import: " << o.pickles.size() << " snapshot(s) of " << by_rank.size() << " rank(s) -> "
-                          << o.output.string() << "\n";
+      if (root) {
+        std::cout << "memsnap import: " << o.pickles.size() << " snapshot(s) of " << by_rank.size() << " rank(s) -> "
+                  << o.output.string() << "\n";
+        print_batch_methods(o.output, std::cout);
+      }
     } catch (const AggregateError& e) {
       if (root) {
         std::cerr << "memsnap import: " << e.what() << "\n";
