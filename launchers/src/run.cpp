@@ -66,6 +66,26 @@ std::string child_used_mpi(const fs::path& spill_dir, int rank, long pid) {
 
 fs::path exit_record_path(const fs::path& spill_dir, int rank) { return spill_dir / ("rank" + std::to_string(rank) + ".exit.json"); }
 
+std::string g_launch;    // launch_identity() of this process's launch
+bool g_refused = false;  // an earlier run is in the folder and overwrite is false
+
+// An exit record written by this launch (any record, when the launcher names no launch).
+bool this_launch(const json& record) { return g_launch.empty() || record.value("launch", std::string()) == g_launch; }
+
+// This launch, as the launcher names it (the same on every rank of one job step, new at the next):
+// an exit record of an earlier launch into the same folder is stale. Empty when no launcher says.
+std::string launch_identity(const LaunchInfo& launch, const EnvLookup& env) {
+  if (!launch.job_id.empty()) {
+    std::string id = launch.job_id;
+    if (auto step = env("SLURM_STEP_ID")) id += "." + *step;
+    return id;
+  }
+  // Open MPI 4 names no job in the environment, but every process of one mpirun gets the
+  // mpirun's own address, which starts with its process name (jobfamily.vpid).
+  if (auto uri = env("OMPI_MCA_orte_hnp_uri"); uri && !uri->empty()) return uri->substr(0, uri->find(';'));
+  return {};
+}
+
 bool read_exit_record(const fs::path& p, json& out) {
   std::ifstream in(p);
   if (!in) return false;
@@ -86,7 +106,7 @@ std::vector<int> wait_for_ranks(const fs::path& spill_dir, int world, double sec
     std::vector<int> missing;
     for (int r = 0; r < world; ++r) {
       json j;
-      if (!read_exit_record(exit_record_path(spill_dir, r), j)) missing.push_back(r);
+      if (!read_exit_record(exit_record_path(spill_dir, r), j) || !this_launch(j)) missing.push_back(r);
     }
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (missing.empty() || waited >= seconds) return missing;
@@ -174,6 +194,30 @@ int run_main(const RunOptions& o) {
     say(rank, std::string(e.what()) + "; the command runs unrecorded");
     record = false;
   }
+  g_launch = launch_identity(launch, env);
+  // overwrite: false and an earlier run in the folder: the command runs unrecorded and nothing of
+  // the earlier run changes (no spill, exit record, lock or store is touched). Every rank decides
+  // alike, from what was there before this launch began: the earlier run's store, or exit
+  // records that another launch wrote.
+  if (record && !config.overwrite) {
+    std::string earlier;
+    std::error_code ec;
+    if (fs::exists(run_dir / "memsnap.h5", ec)) earlier = (run_dir / "memsnap.h5").string();
+    for (const auto& e : fs::directory_iterator(spill_dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!earlier.empty() || name.size() < 10 || name.compare(name.size() - 10, 10, ".exit.json") != 0) continue;
+      json j;
+      if (!read_exit_record(e.path(), j) || !this_launch(j) || g_launch.empty()) earlier = e.path().string();
+    }
+    if (!earlier.empty()) {
+      if (rank == 0)
+        say(rank, "an earlier run is in " + run_dir.string() + " (" + fs::path(earlier).filename().string() +
+                      "); overwrite is false, so this run is not recorded and nothing there changes. Set overwrite: "
+                      "true, another folder or another run_name.");
+      record = false;
+      g_refused = true;
+    }
+  }
 
   // The child's environment: our resolved settings, and the CUPTI injection when it was built.
   std::vector<std::string> env_text;
@@ -185,6 +229,7 @@ int run_main(const RunOptions& o) {
     }
     env_text.push_back(kv);
   }
+  if (g_refused) env_text.push_back("MEMSNAP_ENABLED=false");  // a recorder the command loads itself stays off too
   if (record) {
     env_text.push_back("MEMSNAP_FOLDER=" + run_dir.string());
     env_text.push_back("MEMSNAP_RUN_NAME=" + config.run_name);
@@ -238,7 +283,7 @@ int run_main(const RunOptions& o) {
 
   ex.used_mpi = child_used_mpi(spill_dir, rank, child);
   {
-    const json j = {{"rank", ex.rank}, {"pid", ex.pid}, {"exit_code", ex.exit_code}, {"signal", ex.signal},
+    const json j = {{"rank", ex.rank}, {"pid", ex.pid}, {"launch", g_launch}, {"exit_code", ex.exit_code}, {"signal", ex.signal},
                     {"core_dumped", ex.core_dumped}, {"how", ex.how}, {"used_mpi", ex.used_mpi},
                     {"seconds", ex.seconds}, {"command", ex.command}, {"launcher", launch.launcher}};
     const fs::path p = exit_record_path(spill_dir, rank);

@@ -607,12 +607,8 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
         }
       }
     } lock_release{s.lock_fd};
-    const std::string pid_text = std::to_string(m.pid);
-    if (::ftruncate(s.lock_fd, 0) == 0) {
-      ssize_t ignored = ::pwrite(s.lock_fd, pid_text.data(), pid_text.size(), 0);
-      (void)ignored;
-    }
-    // overwrite: false keeps an earlier run's record of this rank untouched.
+    // overwrite: false keeps an earlier run's record of this rank untouched, its lock file's
+    // contents included (the lock is taken, but the pid is written only once this run records).
     const std::string prefix = "rank" + std::to_string(m.rank) + ".pid";
     std::vector<std::filesystem::path> earlier;
     for (const auto& entry : std::filesystem::directory_iterator(spill_dir, ec)) {
@@ -627,6 +623,11 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
       return false;
     }
     for (const auto& p : earlier) std::filesystem::remove(p, ec);
+    const std::string pid_text = std::to_string(m.pid);
+    if (::ftruncate(s.lock_fd, 0) == 0) {
+      ssize_t ignored = ::pwrite(s.lock_fd, pid_text.data(), pid_text.size(), 0);
+      (void)ignored;
+    }
 
     if (!s.spill.open(spill_dir / spill_file_name(m.rank, m.pid)) || !s.spill.write_meta(m)) {
       log::write(log::Level::warn, s.spill.error() + "; this run is not recorded, the job goes on");

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <map>
 #include <cstdio>
 #include <regex>
 
@@ -87,6 +88,44 @@ TEST(Cli, RunUnderMpirunRecordsGathersAndNamesThePlantedRanks) {
   EXPECT_NE(dom.out.find("data-ready=\"1\""), std::string::npos) << dom.out.substr(0, 2000);
   EXPECT_EQ(dom.out.find("data-error=\""), std::string::npos) << "a script error on the page";
   for (const char* text : {"leak", "shard imbalance", "spike"}) EXPECT_NE(dom.out.find(text), std::string::npos) << text;
+}
+
+// A second run into a folder that holds an earlier one, overwrite false: the job runs and ends
+// (no rank waits for another in MPI_Init), and every file of the earlier run, lock files and exit
+// records included, keeps its bytes and its modification time. With overwrite true it records anew.
+TEST(Cli, ARefusedRunLeavesEveryFileOfTheEarlierRunAsItWas) {
+  test::TempDir dir;
+  test::write_file(dir / "m.yaml", "folder: " + (dir / "run").string() + "\nrepeat: 1\n");
+  const std::string cmd = "timeout 120 " + kMpirun + " -np 3 " + kMemsnap + " run --config " + (dir / "m.yaml").string() +
+                          " -- " + kSim + " --step-us 0 --batches 6";
+  auto r = sh(cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto snapshot = [&] {
+    std::map<std::string, std::pair<std::string, std::filesystem::file_time_type>> files;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "run")) {
+      if (e.is_regular_file()) files[e.path().string()] = {test::read_file(e.path()), e.last_write_time()};
+    }
+    return files;
+  };
+  const auto before = snapshot();
+  ASSERT_TRUE(before.count((dir / "run/spill/rank1.lock").string()));
+  ASSERT_TRUE(before.count((dir / "run/spill/rank1.exit.json").string()));
+  r = sh(cmd);
+  ASSERT_EQ(r.code, 0) << "the refused run must still run the job and end: " << r.out;
+  EXPECT_NE(r.out.find("overwrite is false"), std::string::npos) << r.out;
+  const auto after = snapshot();
+  ASSERT_EQ(after.size(), before.size()) << r.out;
+  for (const auto& [path, content] : before) {
+    ASSERT_TRUE(after.count(path)) << path;
+    EXPECT_EQ(after.at(path).first, content.first) << path << " changed";
+    EXPECT_EQ(after.at(path).second, content.second) << path << " was written";
+  }
+  // overwrite: true records the new run, after the earlier run's exit records (another launch).
+  test::write_file(dir / "m.yaml", "folder: " + (dir / "run").string() + "\nrepeat: 1\noverwrite: true\n");
+  r = sh(cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("index.html"), std::string::npos) << r.out;
+  EXPECT_NE(test::read_file(dir / "run/spill/rank1.lock"), before.at((dir / "run/spill/rank1.lock").string()).first);
 }
 
 // Exactly the README's demo: ci/demo.sh's command line and config.
@@ -195,9 +234,10 @@ TEST(Cli, RunReturnsTheChildsExitCodeAndRecordsHowItEnded) {
   auto r = sh(env + kMemsnap + " run --no-aggregate -- sh -c 'exit 7'");
   EXPECT_EQ(r.code, 7) << r.out;
   EXPECT_EQ(read_json(dir / "run/spill/rank0.exit.json")["exit_code"], 7);
-  r = sh(env + kMemsnap + " run --no-aggregate -- sh -c 'kill -9 $$'");
+  // A second run into that folder would be refused (overwrite false): another folder.
+  r = sh("MEMSNAP_FOLDER=" + (dir / "run2").string() + " " + kMemsnap + " run --no-aggregate -- sh -c 'kill -9 $$'");
   EXPECT_EQ(r.code, 128 + 9) << r.out;
-  const json exit = read_json(dir / "run/spill/rank0.exit.json");
+  const json exit = read_json(dir / "run2/spill/rank0.exit.json");
   EXPECT_EQ(exit["signal"], 9);
   EXPECT_NE(exit["how"].get<std::string>().find("SIGKILL"), std::string::npos);
   r = sh(env + kMemsnap + " run -- /nonexistent/train");
