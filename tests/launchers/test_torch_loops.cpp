@@ -126,8 +126,9 @@ TEST_P(TorchLoop, NamesEveryPlantedCauseAndNoCleanRank) {
   for (const auto& t : manifest["ranks"]) {
     if (t["role"] == "unsharded") {  // the planted copy, to within 10 %
       for (const auto& f : summary["findings"]) {
-        if (f["kind"] == "shard_imbalance" && f["rank"] == t["rank"])
+        if (f["kind"] == "shard_imbalance" && f["rank"] == t["rank"]) {
           EXPECT_NEAR(f["bytes"].get<double>(), t["planted_bytes"].get<double>(), 0.1 * t["planted_bytes"].get<double>());
+        }
       }
     }
   }
