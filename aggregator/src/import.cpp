@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "memsnap/aggregate.hpp"
+#include "memsnap/config.hpp"
 #include "memsnap/interop.hpp"
 #include "memsnap/spill.hpp"
 #include "mpi_util.hpp"
@@ -128,6 +129,18 @@ int import_main(const ImportCliOptions& o) {
     return fail("--rank and --batch name one file; with several, name them by a --template");
   }
   if (o.rank.has_value() != o.batch.has_value()) return fail("--rank and --batch go together");
+  int interval = o.interval;
+  if (interval == 0 && !o.config.empty()) {
+    try {
+      // The file's own values only: no MEMSNAP_* variables of this shell.
+      interval = static_cast<int>(std::min<std::int64_t>(load_config(o.config, [](const char*) {
+                                                           return std::optional<std::string>();
+                                                         }).interval,
+                                                         100000));
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+  }
   std::map<int, std::vector<std::pair<std::int64_t, fs::path>>> by_rank;
   for (const auto& p : o.pickles) {
     std::pair<int, std::int64_t> rb;
@@ -187,7 +200,7 @@ int import_main(const ImportCliOptions& o) {
         io.batch = batch;
         // Batches in the window: --interval, else the distance to the rank's neighbouring window
         // (Composer's repeated windows are `interval` batches apart), else unknown.
-        io.expected_batches = o.interval;
+        io.expected_batches = interval;
         if (io.expected_batches == 0 && files.size() > 1) {
           const std::int64_t gap = fi > 0 ? batch - files[fi - 1].first : files[1].first - batch;
           if (gap > 0 && gap <= 100000) io.expected_batches = static_cast<int>(gap);

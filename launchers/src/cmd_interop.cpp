@@ -19,6 +19,10 @@ void add_import(CLI::App& app, int& code) {
                   "batches each snapshot spans (the recording's interval); helps find batch boundaries in a trace "
                   "without step marks (default: the distance between a rank's snapshots, else found from the trace)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--config", o.config,
+                  "the recording's config (memsnap's, or a training YAML with callbacks: memory_snapshot:): its "
+                  "interval is the windows' batch count, as --interval")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--run-name", o.run_name, "run name in the store");
   cmd->add_flag("--overwrite", o.overwrite, "replace an existing store");
   cmd->add_flag("--keep-going", o.keep_going, "store what can be read; mark the ranks whose pickle is bad");

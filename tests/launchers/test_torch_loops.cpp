@@ -157,6 +157,21 @@ TEST(TorchLoopPages, RankPageShowsHowBatchesWereFound) {
   for (const char* text : {"leak", "spike", "inferred"}) EXPECT_NE(index.out.find(text), std::string::npos) << text;
 }
 
+// The batch count from the job's own training YAML (Composer's callbacks: memory_snapshot:):
+// gradient accumulation's micro-batches are then grouped into batches on every rank.
+TEST(TorchLoopConfig, TheTrainingConfigsIntervalGroupsMicroBatches) {
+  test::TempDir dir;
+  test::write_file(dir / "train.yaml", "callbacks:\n  memory_snapshot:\n    skip_batches: 2\n    interval: 4\n");
+  const auto [summary, info] = import_and_report(dir, pickles(kLoops / "cnn_accum"), "--config " + (dir / "train.yaml").string());
+  for (const auto& r : info["ranks"]) {
+    ASSERT_EQ(r["windows"].size(), 1u);
+    EXPECT_EQ(r["windows"][0]["batch_start"], 2) << r.dump();
+  }
+  const auto bad = sh(kMemsnap + " import" + pickles(kLoops / "cnn_accum") + " --config /nonexistent.yaml -o " + (dir / "b.h5").string());
+  EXPECT_NE(bad.code, 0);
+  EXPECT_FALSE(fs::exists(dir / "b.h5"));
+}
+
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const char* loop : {"mlp_sgd", "gpt_adamw", "fsdp2_ring", "cnn_accum", "lm_autocast", "lstm_sgd", "vit_adam"}) {

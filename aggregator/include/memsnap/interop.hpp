@@ -18,6 +18,7 @@ struct ImportCliOptions {
   std::optional<std::int64_t> batch;
   int world_size = 0;                               // 0: highest rank + 1
   int interval = 0;                                 // batches per window (0: unknown, inferred)
+  std::string config;                               // a config file whose interval to use (--config)
   std::string run_name;                             // empty: the store's file name
   bool overwrite = false;
   bool keep_going = false;
