@@ -381,7 +381,8 @@ TEST(Cli, TwoSnapshotsOfOneRankBothExportBack) {
   // And info says how each window's batches were found.
   r = sh(kMemsnap + " info --json " + store);
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const auto& w : json::parse(r.out)["ranks"][0]["windows"]) {
+  const json info = json::parse(r.out);  // kept: a range-for over a temporary's member dangles
+  for (const auto& w : info["ranks"][0]["windows"]) {
     EXPECT_TRUE(w["batch_method"].is_string()) << w.dump();
     EXPECT_TRUE(w["batch_confidence"].is_number()) << w.dump();
   }
