@@ -131,6 +131,12 @@ namespace {
 
 constexpr const char* kNoStackSite = "<no stack>";
 
+// A byte count summed in double (damaged inputs can hold sizes near 2^64): clamped, not UB.
+std::uint64_t bytes_of(double v) {
+  if (!(v > 0)) return 0;
+  return v >= 18446744073709549568.0 ? UINT64_MAX : static_cast<std::uint64_t>(v);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -204,7 +210,7 @@ void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& 
         best_excess = named_excess;
       }
       s.batches[b].peak_site = best;
-      s.batches[b].peak_site_excess = static_cast<std::uint64_t>(best_excess);
+      s.batches[b].peak_site_excess = bytes_of(best_excess);
     }
   }
 

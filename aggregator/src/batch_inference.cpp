@@ -411,7 +411,7 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
     // The most regular; near-ties go to the user's own code, then to the rarer token (a line
     // that allocates once a batch says more than one inside every layer).
     std::sort(list.begin(), list.end(), [](const Anchor& a, const Anchor& b) {
-      const int qa = static_cast<int>(a.cv * 20), qb = static_cast<int>(b.cv * 20);
+      const int qa = static_cast<int>(std::min(a.cv, 10.0) * 20), qb = static_cast<int>(std::min(b.cv, 10.0) * 20);
       if (qa != qb) return qa < qb;
       if (a.user != b.user) return a.user;
       return a.occurrences < b.occurrences;

@@ -576,7 +576,10 @@ ShapeNotes note_shape(const Value& dict, std::span<const KeySpec> written) {
     const Value* v = dict.find(spec.key);
     if (!v || !fits(*v, spec.shape)) n.absent.push_back(spec.key);
   }
-  for (const auto& [k, v] : dict.dict_items()) {
+  for (const auto& item : dict.dict_items()) {
+    // Named copies: clang 14 cannot capture structured bindings in a lambda.
+    const auto& k = item.first;
+    const auto& v = item.second;
     const bool known = k->is_string() && std::any_of(written.begin(), written.end(), [&](const KeySpec& spec) {
                          return spec.key == k->as_string() && fits(*v, spec.shape);
                        });

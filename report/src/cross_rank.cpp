@@ -28,6 +28,13 @@ double median_of(std::vector<double> v) {
 }
 
 // Bytes above which a difference is worth a finding: `fraction` of the typical value, at least 1 MiB.
+// A byte count computed in double (sums and differences of sizes that damaged inputs can make
+// near 2^64): clamped to what a uint64 holds, never an out-of-range cast.
+std::uint64_t bytes_of(double v) {
+  if (!(v > 0)) return 0;
+  return v >= 18446744073709549568.0 ? UINT64_MAX : static_cast<std::uint64_t>(v);
+}
+
 double threshold(double typical, double fraction) { return std::max(static_cast<double>(MiB), typical * fraction); }
 
 struct RankView {
@@ -112,16 +119,16 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
         outliers.push_back(r);
         char why[160];
         std::snprintf(why, sizeof why, "peak %.2fx the median (%s over)", peak_median > 0 ? p / peak_median : 0.0,
-                      human_bytes(static_cast<std::uint64_t>(p - peak_median)).c_str());
+                      human_bytes(bytes_of(p - peak_median)).c_str());
         reasons[std::to_string(r)] = why;
       }
     }
     imbalance = {{"metric", "peak_allocated"},
-                 {"max", static_cast<std::uint64_t>(max)},
-                 {"median", static_cast<std::uint64_t>(peak_median)},
+                 {"max", bytes_of(max)},
+                 {"median", bytes_of(peak_median)},
                  {"max_over_median", peak_median > 0 ? max / peak_median : 0.0},
                  {"peak_max_over_median", peak_median > 0 ? max / peak_median : 0.0},
-                 {"spread", static_cast<std::uint64_t>(max - min)},
+                 {"spread", bytes_of(max - min)},
                  {"zscores", std::move(z)},
                  {"outlier_ranks", std::move(outliers)},
                  {"outlier_reasons", std::move(reasons)}};
@@ -243,10 +250,10 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     findings.push_back({{"kind", "leak"},
                         {"rank", r},
                         {"batch", v.windows.back()->batch_end},
-                        {"bytes", static_cast<std::uint64_t>(excess)},
+                        {"bytes", bytes_of(excess)},
                         {"site", site_or_null(site)},
                         {"batches_inferred", g.inferred != nullptr},
-                        {"detail", "rank " + std::to_string(r) + " keeps " + human_bytes(static_cast<std::uint64_t>(excess)) +
+                        {"detail", "rank " + std::to_string(r) + " keeps " + human_bytes(bytes_of(excess)) +
                                        " more after every batch than " +
                                        (measured_growths.size() >= 3 ? "the other ranks" : "it started the batch before with") +
                                        (site.empty() ? "" : ", held by " + site) + inferred_note(g.inferred)}});
@@ -268,9 +275,9 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     findings.push_back({{"kind", "shard_imbalance"},
                         {"rank", r},
                         {"batch", nullptr},
-                        {"bytes", static_cast<std::uint64_t>(excess)},
+                        {"bytes", bytes_of(excess)},
                         {"site", site_or_null(site)},
-                        {"detail", "rank " + std::to_string(r) + " holds " + human_bytes(static_cast<std::uint64_t>(excess)) +
+                        {"detail", "rank " + std::to_string(r) + " holds " + human_bytes(bytes_of(excess)) +
                                        " more than the median rank at every batch boundary" +
                                        (site.empty() ? "" : ", most of it at " + site) +
                                        "; sharded state should be equal across ranks" +
@@ -306,7 +313,8 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     const double trend = leaking.count(r) ? growth_of[r].per_batch : 0.0;
     const std::int64_t first_batch = list.front().first;
     auto detrended = [&](std::int64_t b) {
-      return static_cast<double>(stat_of_batch[{r, b}]->peak_allocated) - trend * static_cast<double>(b - first_batch);
+      return static_cast<double>(stat_of_batch[{r, b}]->peak_allocated) -
+             trend * (static_cast<double>(b) - static_cast<double>(first_batch));
     };
     auto own_excess = [&](std::int64_t batch) {
       std::vector<double> others;
@@ -317,7 +325,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     };
     std::vector<std::pair<std::int64_t, double>> high;
     for (const auto& [b, raw] : list) {
-      const double e = raw - trend * static_cast<double>(b - first_batch);
+      const double e = raw - trend * (static_cast<double>(b) - static_cast<double>(first_batch));
       const double own = own_excess(b);
       if ((few_ranks || e > limit) && own > limit) high.emplace_back(b, few_ranks ? own : std::min(e, own));
     }
@@ -329,10 +337,10 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
       findings.push_back({{"kind", "spike"},
                           {"rank", r},
                           {"batch", b},
-                          {"bytes", static_cast<std::uint64_t>(e)},
+                          {"bytes", bytes_of(e)},
                           {"site", site_or_null(site)},
                           {"batches_inferred", d->batch_method != "recorded"},
-                          {"detail", "rank " + std::to_string(r) + " peaks " + human_bytes(static_cast<std::uint64_t>(e)) +
+                          {"detail", "rank " + std::to_string(r) + " peaks " + human_bytes(bytes_of(e)) +
                                          " above " + (few_ranks ? "its other batches" : "the other ranks") + " in batch " +
                                          std::to_string(b) + " only" + (site.empty() ? "" : ", at " + site) +
                                          inferred_note(d->batch_method != "recorded" ? d : nullptr)}});
