@@ -167,6 +167,7 @@ std::string describe_exit(int status, int& exit_code, int& sig, bool& core) {
 }
 
 int run_main(const RunOptions& o) {
+  const auto started_at = fs::file_time_type::clock::now();
   const EnvLookup env = process_env();
   const LaunchInfo launch = detect_launch(env);
   const int rank = launch.rank;
@@ -207,7 +208,15 @@ int run_main(const RunOptions& o) {
       const std::string name = e.path().filename().string();
       if (!earlier.empty() || name.size() < 10 || name.compare(name.size() - 10, 10, ".exit.json") != 0) continue;
       json j;
-      if (!read_exit_record(e.path(), j) || !this_launch(j) || g_launch.empty()) earlier = e.path().string();
+      if (!read_exit_record(e.path(), j) || !this_launch(j)) {
+        earlier = e.path().string();
+      } else if (g_launch.empty()) {
+        // No launcher names this launch (torchrun without --rdzv-id, a bare process): a record
+        // written well before this process started is an earlier run's; a fresh one may be a
+        // quick rank of this launch.
+        const auto written = fs::last_write_time(e.path(), ec);
+        if (!ec && written < started_at - std::chrono::seconds(2)) earlier = e.path().string();
+      }
     }
     if (!earlier.empty()) {
       if (rank == 0)
