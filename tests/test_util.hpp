@@ -1,14 +1,38 @@
 // Helpers shared by memsnap's tests.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 namespace memsnap::test {
+
+// What a shell command did: its exit code (128 + signal when killed) and stdout and stderr together.
+struct ShellResult {
+  int code = -1;
+  std::string out;
+};
+
+// Runs `setup; cmd` under /bin/sh, stderr joined to stdout. `setup` is shell text run first
+// (exports, unsets) so that each test file states its own environment once.
+inline ShellResult run_shell(const std::string& cmd, const std::string& setup = "") {
+  ShellResult r;
+  const std::string full = (setup.empty() ? "" : setup + "; ") + cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
 
 // A fresh directory under the system temp dir, removed when the object goes away.
 class TempDir {

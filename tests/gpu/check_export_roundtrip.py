@@ -12,7 +12,8 @@ usage: python check_export_roundtrip.py ORIGINAL.pickle EXPORTED.pickle
    and must give the same text. A reader this torch lacks is skipped; one that fails on the
    original too is reported and not counted. Fails when none ran.
 
-Needs only torch (no GPU, no network: the flame graph script is never fetched) and the two files.
+Needs only torch (no GPU, no network: the flame graph script is never fetched), the two files and
+tests/torch/roundtrip_equal.py beside it in the checkout.
 Exit status 0 when every check passed.
 """
 import base64
@@ -23,39 +24,13 @@ import io
 import json
 import math
 import pickle
+import os
 import re
 import sys
 
-
-def first_difference(a, b, path="snapshot"):
-    """The first place where a and b differ, as a line; None when they are equal."""
-    if type(a) is not type(b):
-        return f"{path}: {type(a).__name__} {a!r:.200} != {type(b).__name__} {b!r:.200}"
-    if isinstance(a, dict):
-        missing = [k for k in a if k not in b]
-        if missing:
-            return f"{path}: key {missing[0]!r} is missing from the export"
-        extra = [k for k in b if k not in a]
-        if extra:
-            return f"{path}: key {extra[0]!r} is only in the export"
-        for k in a:
-            d = first_difference(a[k], b[k], f"{path}[{k!r}]")
-            if d:
-                return d
-        return None
-    if isinstance(a, (list, tuple)):
-        if len(a) != len(b):
-            return f"{path}: {len(a)} items != {len(b)} items"
-        for i, (x, y) in enumerate(zip(a, b)):
-            d = first_difference(x, y, f"{path}[{i}]")
-            if d:
-                return d
-        return None
-    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
-        return None
-    if a != b:
-        return f"{path}: {a!r:.200} != {b!r:.200}"
-    return None
+# The value comparison is the one the CPU tests use (tests/torch/roundtrip_equal.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch"))
+from roundtrip_equal import first_difference  # noqa: E402
 
 
 def lines_only(flamegraph_lines, *args, **kwargs):

@@ -22,21 +22,10 @@ namespace fs = std::filesystem;
 const std::string kMemsnap = MEMSNAP_CLI;
 const fs::path kLoops = fs::path(MEMSNAP_TEST_DATA) / "torch-loops";
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
+using Result = test::ShellResult;
 
 Result sh(const std::string& cmd) {
-  Result r;
-  FILE* p = popen(("export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; " + cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return test::run_shell(cmd, "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
 }
 
 json read_json(const fs::path& p) { return json::parse(test::read_file(p)); }

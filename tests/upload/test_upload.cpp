@@ -32,27 +32,14 @@ const std::string kS3rver = MEMSNAP_S3RVER;
 const std::string kSigV4Check = std::string(MEMSNAP_PYTHON) + " " + MEMSNAP_SIGV4_CHECK;
 const std::string kTemplateName = "{run_name}/memory_snapshots/rank{rank}.{batch}.pt.trace.memory_snapshot.html";
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
+using Result = test::ShellResult;
 
 // Runs `cmd` with no AWS settings inherited and loopback kept away from any proxy.
 Result sh(const std::string& cmd) {
-  Result r;
-  const std::string full =
-      "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NO_PROXY=127.0.0.1 no_proxy=127.0.0.1; "
-      "unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 "
-      "AWS_REGION AWS_DEFAULT_REGION AWS_PROFILE; " +
-      cmd + " 2>&1";
-  FILE* p = popen(full.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return test::run_shell(cmd,
+                         "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NO_PROXY=127.0.0.1 no_proxy=127.0.0.1; "
+                         "unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 "
+                         "AWS_REGION AWS_DEFAULT_REGION AWS_PROFILE");
 }
 
 std::size_t count(const std::string& text, const std::string& what) {
