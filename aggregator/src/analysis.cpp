@@ -46,7 +46,14 @@ bool is_installed_library(const Frame& f) {
   return false;
 }
 
-std::string label(const Frame& f) {
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::string frame_label(const Frame& f) {
   std::string s = f.name.empty() ? std::string("??") : f.name;
   if (!f.file.empty()) {
     s += " (" + f.file;
@@ -56,12 +63,7 @@ std::string label(const Frame& f) {
   return s;
 }
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-}  // namespace
+bool is_user_code(const Frame& f) { return is_python(f) && !is_installed_library(f); }
 
 const char* category_name(Category c) {
   static constexpr const char* names[kCategoryCount] = {"parameters",     "gradients",   "optimizer_state", "all_gather",
@@ -76,17 +78,16 @@ std::string site_name(const RankRecord& rank, std::uint32_t stack_id) {
   // The innermost line of the user's own code says where to look; failing that, the innermost
   // Python frame (in a mixed stack, torch's stacks="all", C++ frames come first), then any.
   for (auto id : stack) {
-    if (id < rank.frames.size() && is_python(rank.frames[id]) && !is_plumbing(rank.frames[id]) &&
-        !is_installed_library(rank.frames[id]))
-      return label(rank.frames[id]);
+    if (id < rank.frames.size() && is_user_code(rank.frames[id]) && !is_plumbing(rank.frames[id]))
+      return frame_label(rank.frames[id]);
   }
   for (auto id : stack) {
-    if (id < rank.frames.size() && is_python(rank.frames[id]) && !is_plumbing(rank.frames[id])) return label(rank.frames[id]);
+    if (id < rank.frames.size() && is_python(rank.frames[id]) && !is_plumbing(rank.frames[id])) return frame_label(rank.frames[id]);
   }
   for (auto id : stack) {
-    if (id < rank.frames.size() && !is_plumbing(rank.frames[id])) return label(rank.frames[id]);
+    if (id < rank.frames.size() && !is_plumbing(rank.frames[id])) return frame_label(rank.frames[id]);
   }
-  return stack.front() < rank.frames.size() ? label(rank.frames[stack.front()]) : "<no stack>";
+  return stack.front() < rank.frames.size() ? frame_label(rank.frames[stack.front()]) : "<no stack>";
 }
 
 Category categorize(const RankRecord& rank, std::uint32_t stack_id) {

@@ -208,20 +208,6 @@ bool step_like(const std::string& name) {
   return l.find("step") != std::string::npos || l.find("batch") != std::string::npos;
 }
 
-bool framework_file(const std::string& file) {
-  static constexpr const char* parts[] = {"torch/", "site-packages/", "dist-packages/", "<frozen", "lib/python"};
-  for (const char* p : parts) {
-    if (file.find(p) != std::string::npos) return true;
-  }
-  return file.empty() || file == "??";
-}
-
-std::string frame_label(const Frame& f) {
-  std::string s = f.name.empty() ? "??" : f.name;
-  if (!f.file.empty() && f.file != "??") s += " (" + f.file + (f.line ? ":" + std::to_string(f.line) : "") + ")";
-  return s;
-}
-
 }  // namespace
 
 InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, const std::vector<Annotation>& annotations,
@@ -439,7 +425,7 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
     }
     auto by_count = anchors_by_count(positions, [&](std::size_t f, Anchor& a) {
       a.what = frame_label(rank.frames[f]);
-      a.user = !framework_file(rank.frames[f].file);
+      a.user = is_user_code(rank.frames[f]);
     });
     if (auto k = choose_count(by_count, expected, 1)) {
       const Anchor& best = pick(by_count[k->bursts]);

@@ -97,6 +97,10 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& window, c
 // The site of a stack: the innermost frame that is not allocator or framework plumbing,
 // as "function (file:line)". Empty stack: "<no stack>".
 std::string site_name(const RankRecord& rank, std::uint32_t stack_id);
+// A frame as sites name it: "function (file:line)".
+std::string frame_label(const Frame& f);
+// A frame of the user's own code: Python outside installed packages (torch, site-packages).
+bool is_user_code(const Frame& f);
 Category categorize(const RankRecord& rank, std::uint32_t stack_id);
 
 }  // namespace memsnap
