@@ -15,6 +15,9 @@ void add_run(CLI::App& app, int& code) {
   cmd->add_flag("--no-cupti", no_cupti,
                 "do not inject the CUPTI library (CUPTI takes one client: torch.profiler, Nsight and "
                 "compute-sanitizer need it for themselves)");
+  static bool no_torch = false;
+  cmd->add_flag("--no-torch", no_torch,
+                "do not attach to PyTorch's allocator in Python jobs (the same as torch_attachment: false)");
   cmd->add_option("--wait", o.wait_seconds, "seconds rank 0 waits for the other ranks (default 600)")->check(CLI::NonNegativeNumber);
   cmd->add_option("command", o.command, "the command and its arguments, after --")->required();
   cmd->prefix_command();  // everything after the options belongs to the command
@@ -22,6 +25,7 @@ void add_run(CLI::App& app, int& code) {
     std::error_code ec;
     o.self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     o.cupti = !no_cupti;
+    o.torch = !no_torch;
     code = run_main(o);
   });
 }

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -46,6 +47,16 @@ fs::path cupti_library(const std::string& self) {
   const fs::path bin = fs::canonical(self.empty() ? "/proc/self/exe" : self, ec).parent_path();
   for (const fs::path& p : {bin / "../lib/libmemsnap_cupti.so", bin / "../lib64/libmemsnap_cupti.so"}) {
     if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec);
+  }
+  return {};
+}
+
+// The folder holding memsnap's Python startup hook (sitecustomize.py, memsnap_torch/).
+fs::path python_hook_folder(const std::string& self) {
+  std::error_code ec;
+  const fs::path bin = fs::canonical(self.empty() ? "/proc/self/exe" : self, ec).parent_path();
+  for (const fs::path& p : {bin / "../lib/memsnap/python", bin / "../lib64/memsnap/python"}) {
+    if (fs::exists(p / "memsnap_torch" / "__init__.py", ec)) return fs::weakly_canonical(p, ec);
   }
   return {};
 }
@@ -247,6 +258,18 @@ int run_main(const RunOptions& o) {
     if (!cupti.empty()) {
       if (!env("CUDA_INJECTION64_PATH")) env_text.push_back("CUDA_INJECTION64_PATH=" + cupti.string());
       if (!env("NVTX_INJECTION64_PATH")) env_text.push_back("NVTX_INJECTION64_PATH=" + cupti.string());
+    }
+    // Python jobs: the startup hook attaches to PyTorch's allocator once the job imports torch
+    // (lib/torch/python/sitecustomize.py); other programs never look at PYTHONPATH.
+    const fs::path hook = o.torch && config.torch_attachment ? python_hook_folder(o.self) : fs::path();
+    if (!hook.empty()) {
+      auto old = std::find_if(env_text.begin(), env_text.end(), [](const std::string& kv) { return kv.rfind("PYTHONPATH=", 0) == 0; });
+      if (old == env_text.end()) {
+        env_text.push_back("PYTHONPATH=" + hook.string());
+      } else {
+        const std::string rest = old->substr(11);
+        *old = "PYTHONPATH=" + hook.string() + (rest.empty() ? "" : ":" + rest);
+      }
     }
   }
   std::vector<char*> envp, argv;

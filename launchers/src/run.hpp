@@ -15,6 +15,7 @@ struct RunOptions {
   double wait_seconds = 600;         // how long rank 0 waits for the other ranks' records
   bool report = true;                // render the report after aggregating
   bool cupti = true;                 // inject libmemsnap_cupti.so when it is built
+  bool torch = true;                 // Python jobs: attach to PyTorch's allocator (memsnap_torch)
   std::string self;                  // path of the memsnap binary (for the follow-up commands)
 };
 

@@ -139,7 +139,7 @@ const std::vector<std::string>& config_keys() {
   static const std::vector<std::string> keys = {
       "skip_batches", "interval",     "repeat",       "folder",     "filename",
       "remote_file_name", "overwrite", "max_entries", "stacks",     "stack_depth",
-      "batch_marker", "oom_snapshot", "run_name",     "enabled"};
+      "stack_min_bytes", "batch_marker", "oom_snapshot", "run_name", "enabled", "torch_attachment"};
   return keys;
 }
 
@@ -215,9 +215,13 @@ Config config_from_json(const json& object, const Config& base, std::string_view
       std::string s = v.is_string() ? v.get<std::string>() : std::string("?");
       if (s == "none") c.stacks = StackMode::none;
       else if (s == "native") c.stacks = StackMode::native;
-      else bad(origin, key, v, "\"none\" or \"native\"");
+      else if (s == "python") c.stacks = StackMode::python;
+      else if (s == "all") c.stacks = StackMode::all;
+      else bad(origin, key, v, "\"none\", \"native\", \"python\" or \"all\"");
     } else if (key == "stack_depth") {
       c.stack_depth = as_int(v, key, origin, 1, 64, "a whole number from 1 to 64");
+    } else if (key == "stack_min_bytes") {
+      c.stack_min_bytes = as_int(v, key, origin, 0, std::int64_t{1} << 50, "a byte count from 0 to 2^50, e.g. 1048576");
     } else if (key == "batch_marker") {
       c.batch_marker = as_string(v, key, origin);
       // std::regex compiles and matches recursively: a long or deeply nested pattern could
@@ -252,6 +256,8 @@ Config config_from_json(const json& object, const Config& base, std::string_view
       }
     } else if (key == "enabled") {
       c.enabled = as_bool(v, key, origin);
+    } else if (key == "torch_attachment") {
+      c.torch_attachment = as_bool(v, key, origin);
     } else {
       std::string known;
       for (const auto& k : config_keys()) known += (known.empty() ? "" : ", ") + k;
@@ -260,6 +266,18 @@ Config config_from_json(const json& object, const Config& base, std::string_view
   }
   return c;
 }
+
+namespace {
+const char* stack_mode_name(StackMode m) {
+  switch (m) {
+    case StackMode::native: return "native";
+    case StackMode::python: return "python";
+    case StackMode::all: return "all";
+    case StackMode::none: break;
+  }
+  return "none";
+}
+}  // namespace
 
 json config_to_json(const Config& c) {
   return json{{"skip_batches", c.skip_batches},
@@ -270,12 +288,14 @@ json config_to_json(const Config& c) {
               {"remote_file_name", c.remote_file_name.empty() ? json(nullptr) : json(c.remote_file_name)},
               {"overwrite", c.overwrite},
               {"max_entries", c.max_entries},
-              {"stacks", c.stacks == StackMode::native ? "native" : "none"},
+              {"stacks", stack_mode_name(c.stacks)},
               {"stack_depth", c.stack_depth},
+              {"stack_min_bytes", c.stack_min_bytes},
               {"batch_marker", c.batch_marker},
               {"oom_snapshot", c.oom_snapshot},
               {"run_name", c.run_name},
-              {"enabled", c.enabled}};
+              {"enabled", c.enabled},
+              {"torch_attachment", c.torch_attachment}};
 }
 
 json read_config_file(const std::string& path) {

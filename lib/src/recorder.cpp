@@ -113,6 +113,10 @@ struct ThreadBuffer {
   alignas(64) std::atomic<std::uint64_t> tail{0};
   std::atomic<bool> retired{false};
   int depth_limit = 0;
+  // Consumer side (under the recorder's lock): the last allocator-trace segment event drained
+  // from this thread, for dropping CUPTI's copy that follows it (see drain()).
+  int trace_segment_kind = 0;  // 0 none, 1 alloc-like, 2 free-like
+  std::uint64_t trace_segment_lo = 0, trace_segment_hi = 0;
   Event events[kCapacity];
   std::uint8_t depth[kCapacity] = {};
   std::unique_ptr<std::uintptr_t[]> pcs;
@@ -147,6 +151,17 @@ struct ThreadCache {
   ThreadBuffer* buffer;
 };
 __attribute__((tls_model("initial-exec"))) thread_local ThreadCache t_cache = {nullptr, 0, nullptr};
+
+constexpr std::uint8_t kFromAllocatorTrace = 1;  // Event::flags in the thread buffers only
+
+// 1: the segment gains memory (segment_alloc, segment_map), 2: loses it, 0: not a segment event.
+int segment_kind(Action a) {
+  if (a == Action::segment_alloc || a == Action::segment_map) return 1;
+  if (a == Action::segment_free || a == Action::segment_unmap) return 2;
+  return 0;
+}
+
+std::atomic<ForeignFrameResolver> g_foreign_resolver{nullptr};
 
 std::uint64_t live_key(int device, std::uint64_t addr) {
   return addr ^ (static_cast<std::uint64_t>(static_cast<std::uint16_t>(device + 1)) << 48);
@@ -192,7 +207,12 @@ struct Recorder::Impl {
   std::atomic<bool> in_fork_child{false};  // a fork() copy: never touch the lock or the file
   int lock_fd = -1;                         // flock on spill/rank<R>.lock while recording
   bool native_stacks = false;
-  int stack_depth = 0;
+  bool python_stacks = false;
+  int stack_depth = 0;        // native entries per captured stack
+  int stack_slots = 0;        // entries per thread-buffer slot: native plus foreign
+  std::uint64_t stack_min_bytes = 0;
+  StackMode stack_mode = StackMode::none;
+  std::atomic<bool> explicit_batch_marks{false};
   std::uint64_t epoch = 0;
 
   std::mutex mutex;  // everything below; taken only by memsnap's own code
@@ -213,6 +233,8 @@ struct Recorder::Impl {
   std::uint64_t live_bytes = 0;
   std::uint64_t events_seen = 0, events_written = 0, dropped_total = 0, windows_written = 0;
   std::vector<Event> scratch;
+  std::vector<bool> scratch_traced;  // per scratch event while draining: from the allocator trace
+  bool allocator_trace_seen = false;
 
   // Native stacks: raw return-address stacks interned by value; symbolised when written.
   std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackKeyHash> stack_ids;
@@ -224,6 +246,9 @@ struct Recorder::Impl {
   std::unique_ptr<stacks::Symbolizer> symbolizer;
   std::size_t frames_written = 0, stacks_written = 0;
   std::atomic<bool> warned_io{false}, warned_internal{false};
+
+  void push(const void* owner, Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+            std::uint8_t flags, std::span<const std::uintptr_t> foreign);
 
   ThreadBuffer* buffer_for_this_thread(const void* owner) {
     if (t_cache.owner == owner && t_cache.epoch == epoch && t_cache.buffer != nullptr) return t_cache.buffer;
@@ -239,7 +264,7 @@ struct Recorder::Impl {
       }
     }
     if (buf == nullptr) {
-      buffers.push_back(std::make_shared<ThreadBuffer>(native_stacks ? stack_depth : 0));
+      buffers.push_back(std::make_shared<ThreadBuffer>(stack_slots));
       buf = buffers.back();
     }
     // This thread's old buffer (of an earlier recorder) is retired with the reference dropped.
@@ -271,7 +296,9 @@ struct Recorder::Impl {
     // The capture machinery sits on top: memsnap's own frames, the trimmed modules, and whatever
     // wraps backtrace() itself (a sanitizer's interceptor). Cut below the deepest of ours among
     // the top frames.
-    auto ours = [&](std::uintptr_t pc) { return stacks::is_own_frame(pc) || in_trimmed_module(pc); };
+    auto ours = [&](std::uintptr_t pc) {
+      return (pc & kForeignFrame) == 0 && (stacks::is_own_frame(pc) || in_trimmed_module(pc));
+    };
     int first = 0;
     for (int i = 0; i < std::min(depth, 12); ++i) {
       if (ours(pcs[i])) first = i + 1;
@@ -327,21 +354,60 @@ struct Recorder::Impl {
   }
 
   // Moves every thread's pending events, in time order, into live tracking and the history.
-  void drain() {
+  //
+  // One segment, two sources: with CUPTI and the PyTorch attachment in one process, the caching
+  // allocator's cudaMalloc (or cuMemMap, page by page with expandable segments) reaches CUPTI and
+  // the allocator's own trace entry reaches the attachment, on the same thread, back to back.
+  // The allocator's event covers CUPTI's range: CUPTI's copies next to it are dropped, before or
+  // after it. `hold_back` (a drain because a ring filled) leaves a thread's trailing CUPTI segment
+  // events in its ring, so that the allocator's event that follows still finds them.
+  void drain(bool hold_back = false) {
     scratch.clear();
     for (auto& b : buffers) {
       const std::uint64_t tail = b->tail.load(std::memory_order_relaxed);
-      const std::uint64_t head = b->head.load(std::memory_order_acquire);
+      std::uint64_t head = b->head.load(std::memory_order_acquire);
+      if (hold_back && allocator_trace_seen) {
+        std::uint64_t keep = head;
+        while (keep > tail && head - keep < 64) {
+          const Event& e = b->events[(keep - 1) & (ThreadBuffer::kCapacity - 1)];
+          if (segment_kind(e.action) == 0 || (e.flags & kFromAllocatorTrace) != 0) break;
+          --keep;
+        }
+        if (head - keep < 64) head = keep;
+      }
+      const std::size_t first = scratch.size();
       for (std::uint64_t i = tail; i < head; ++i) {
         const std::size_t slot = i & (ThreadBuffer::kCapacity - 1);
         Event e = b->events[slot];
+        const int kind = segment_kind(e.action);
+        const bool traced = (e.flags & kFromAllocatorTrace) != 0;
+        e.flags = 0;
+        if (traced) allocator_trace_seen = true;
+        if (kind == 0) {
+          b->trace_segment_kind = 0;
+        } else if (traced) {
+          const std::uint64_t hi = e.addr + std::max<std::uint64_t>(e.size, 1);
+          while (scratch.size() > first && segment_kind(scratch.back().action) == kind &&
+                 scratch.back().device == e.device && scratch.back().addr >= e.addr && scratch.back().addr < hi &&
+                 !scratch_traced.back()) {
+            scratch.pop_back();
+            scratch_traced.pop_back();
+          }
+          b->trace_segment_kind = kind;
+          b->trace_segment_lo = e.addr;
+          b->trace_segment_hi = hi;
+        } else if (b->trace_segment_kind == kind && e.addr >= b->trace_segment_lo && e.addr < b->trace_segment_hi) {
+          continue;  // CUPTI's copy of the segment the allocator just reported
+        }
         if (b->depth_limit > 0 && b->depth[slot] > 0) {
           e.stack_id = intern_stack(b->pcs.get() + slot * b->depth_limit, b->depth[slot]);
         }
         scratch.push_back(e);
+        scratch_traced.push_back(traced);
       }
       b->tail.store(head, std::memory_order_release);
     }
+    scratch_traced.clear();
     if (scratch.empty()) return;
     // One thread's events are already in order; several threads' need merging by time.
     auto by_time = [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; };
@@ -425,15 +491,22 @@ struct Recorder::Impl {
   }
 
   bool write_new_stacks() {
-    if (!native_stacks || stacks_written == raw_stacks.size()) return true;
+    if (stack_slots == 0 || stacks_written == raw_stacks.size()) return true;
     // One symboliser for the process's life: loading debug info is the expensive part.
-    if (!symbolizer) symbolizer = std::make_unique<stacks::Symbolizer>();
     std::vector<Stack> fresh;
+    const ForeignFrameResolver foreign = g_foreign_resolver.load();
     for (std::size_t i = stacks_written; i < raw_stacks.size(); ++i) {
       Stack s;
       for (auto pc : raw_stacks[i]) {
         auto [it, inserted] = frame_ids.try_emplace(pc, static_cast<std::uint32_t>(frames.size()));
-        if (inserted) frames.push_back(symbolizer->resolve(pc));
+        if (inserted) {
+          if ((pc & kForeignFrame) != 0) {
+            frames.push_back(foreign != nullptr ? foreign(pc) : Frame{"<frame>", "", 0});
+          } else {
+            if (!symbolizer) symbolizer = std::make_unique<stacks::Symbolizer>();
+            frames.push_back(symbolizer->resolve(pc));
+          }
+        }
         s.push_back(it->second);
       }
       fresh.push_back(std::move(s));
@@ -532,7 +605,18 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
   try {
     std::lock_guard lock(s.mutex);
     if (s.started) {
-      log::write(log::Level::warn, "memsnap is already started; the second start is ignored");
+      // A second capture source in the same process (CUPTI and the PyTorch attachment) joins the
+      // recording; a second start of the same source is a mistake worth a line.
+      const bool joins = !options.source.empty() && s.meta.source.find(options.source) == std::string::npos;
+      if (!joins) {
+        log::write(log::Level::warn, "memsnap is already started; the second start is ignored");
+        return s.active.load();
+      }
+      if (!s.active.load()) return false;  // the first start said why
+      s.meta.source += "+" + options.source;
+      if (s.meta.device_name.empty()) s.meta.device_name = options.device_name;
+      s.trim_modules.insert(s.trim_modules.end(), options.trim_modules.begin(), options.trim_modules.end());
+      if (!s.spill.write_meta(s.meta)) s.fail_io();  // a later META record replaces the first
       return s.active.load();
     }
     s.started = true;
@@ -544,9 +628,14 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
     s.config = config;
     s.policy = WindowPolicy(config.skip_batches, config.interval, config.repeat);
     s.history = std::make_unique<EventRing>(static_cast<std::size_t>(config.max_entries));
-    s.native_stacks = config.stacks == StackMode::native;
+    s.stack_mode = config.stacks;
+    s.native_stacks = wants_native(config.stacks);
+    s.python_stacks = wants_python(config.stacks);
+    s.stack_min_bytes = static_cast<std::uint64_t>(config.stack_min_bytes);
     s.trim_modules = options.trim_modules;
     s.stack_depth = static_cast<int>(std::clamp<std::int64_t>(config.stack_depth + 4, 1, kMaxDepth));
+    s.stack_slots = (s.native_stacks ? s.stack_depth : 0) +
+                    (s.python_stacks ? static_cast<int>(std::clamp<std::int64_t>(config.stack_depth, 1, kMaxDepth)) : 0);
     if (s.native_stacks) stacks::warm_up();
 
     RankMeta& m = s.meta;
@@ -657,31 +746,73 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
   return false;
 }
 
+namespace {
+bool gains_memory(Action a) { return a == Action::alloc || a == Action::segment_alloc || a == Action::segment_map; }
+}  // namespace
+
+bool Recorder::wants_stack(Action action, std::uint64_t size) const noexcept {
+  const Impl& s = *impl_;
+  if (s.stack_slots == 0) return false;
+  return s.stack_min_bytes == 0 || (gains_memory(action) && size >= s.stack_min_bytes);
+}
+
+StackMode Recorder::stack_mode() const noexcept { return impl_->stack_mode; }
+
+void Recorder::set_foreign_frame_resolver(ForeignFrameResolver resolver) noexcept { g_foreign_resolver.store(resolver); }
+
+// The hot path of every source: one slot of this thread's ring.
+void Recorder::Impl::push(const void* owner, Action action, int device, std::uint64_t addr, std::uint64_t size,
+                          std::uint64_t stream, std::uint8_t flags, std::span<const std::uintptr_t> foreign) {
+  ThreadBuffer* b = buffer_for_this_thread(owner);
+  const std::uint64_t head = b->head.load(std::memory_order_relaxed);
+  if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) {
+    std::lock_guard lock(mutex);
+    drain(true);
+  }
+  const std::size_t slot = head & (ThreadBuffer::kCapacity - 1);
+  Event& e = b->events[slot];
+  e.time_ns = now_ns();
+  e.addr = addr;
+  e.size = size;
+  e.stream = stream;
+  e.stack_id = kNoStack;
+  e.device = static_cast<std::int16_t>(device);
+  e.action = action;
+  e.flags = flags;
+  if (b->depth_limit > 0) {
+    int depth = 0;
+    if (stack_min_bytes == 0 || (gains_memory(action) && size >= stack_min_bytes)) {
+      std::uintptr_t* out = b->pcs.get() + slot * b->depth_limit;
+      if (native_stacks) depth = stacks::capture(out, stack_depth);
+      const int room = b->depth_limit - depth;
+      const int n = std::min<int>(room, static_cast<int>(foreign.size()));
+      std::copy_n(foreign.data(), n, out + depth);
+      depth += n;
+    }
+    b->depth[slot] = static_cast<std::uint8_t>(depth);
+  }
+  b->head.store(head + 1, std::memory_order_release);
+}
+
 void Recorder::record(Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept {
   Impl& s = *impl_;
   if (!s.active.load(std::memory_order_relaxed) || t_in_hook) return;
   HookGuard guard;
   try {
-    ThreadBuffer* b = s.buffer_for_this_thread(this);
-    const std::uint64_t head = b->head.load(std::memory_order_relaxed);
-    if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) {
-      std::lock_guard lock(s.mutex);
-      s.drain();
-    }
-    const std::size_t slot = head & (ThreadBuffer::kCapacity - 1);
-    Event& e = b->events[slot];
-    e.time_ns = now_ns();
-    e.addr = addr;
-    e.size = size;
-    e.stream = stream;
-    e.stack_id = kNoStack;
-    e.device = static_cast<std::int16_t>(device);
-    e.action = action;
-    e.flags = 0;
-    if (b->depth_limit > 0) {
-      b->depth[slot] = static_cast<std::uint8_t>(stacks::capture(b->pcs.get() + slot * b->depth_limit, b->depth_limit));
-    }
-    b->head.store(head + 1, std::memory_order_release);
+    s.push(this, action, device, addr, size, stream, 0, {});
+  } catch (...) {
+    log::once(s.warned_internal, log::Level::warn, "internal error while recording; recording stops, the job goes on");
+    s.active.store(false);
+  }
+}
+
+void Recorder::record_from_allocator(Action action, int device, std::uint64_t addr, std::uint64_t size,
+                                     std::uint64_t stream, std::span<const std::uintptr_t> foreign) noexcept {
+  Impl& s = *impl_;
+  if (!s.active.load(std::memory_order_relaxed) || t_in_hook) return;
+  HookGuard guard;
+  try {
+    s.push(this, action, device, addr, size, stream, kFromAllocatorTrace, foreign);
   } catch (...) {
     log::once(s.warned_internal, log::Level::warn, "internal error while recording; recording stops, the job goes on");
     s.active.store(false);
@@ -720,7 +851,19 @@ void Recorder::record_oom(int device, std::uint64_t requested, std::uint64_t dev
   }
 }
 
+void Recorder::batch_marks_expected() noexcept { impl_->explicit_batch_marks.store(true, std::memory_order_relaxed); }
+
+void Recorder::step_hint() noexcept {
+  if (impl_->explicit_batch_marks.load(std::memory_order_relaxed)) return;
+  end_batch();
+}
+
 void Recorder::step() noexcept {
+  impl_->explicit_batch_marks.store(true, std::memory_order_relaxed);
+  end_batch();
+}
+
+void Recorder::end_batch() noexcept {
   Impl& s = *impl_;
   if (!s.active.load() || t_in_hook) return;
   HookGuard guard;

@@ -106,7 +106,9 @@ TEST(Config, BadValueNamesKeyValueAndWhatIsAllowed) {
   EXPECT_EQ(e.find('\n'), std::string::npos) << "one line: " << e;
 
   EXPECT_NE(error_of("interval: 0\n").find("at least 1"), std::string::npos);
-  EXPECT_NE(error_of("stacks: python\n").find("\"none\" or \"native\""), std::string::npos);
+  EXPECT_NE(error_of("stacks: pyhton\n").find("\"none\", \"native\", \"python\" or \"all\""), std::string::npos);
+  EXPECT_NE(error_of("stack_min_bytes: -1\n").find("'stack_min_bytes'"), std::string::npos);
+  EXPECT_NE(error_of("torch_attachment: sometimes\n").find("true or false"), std::string::npos);
   EXPECT_NE(error_of("overwrite: maybe\n").find("true or false"), std::string::npos);
   EXPECT_NE(error_of("max_entries: -5\n").find("'max_entries'"), std::string::npos);
   EXPECT_NE(error_of("batch_marker: \"([\"\n").find("regular expression"), std::string::npos);

@@ -244,6 +244,117 @@ TEST(Recorder, NativeStacksNameTheCaller) {
   EXPECT_GT(top.line, 0u);
 }
 
+// What the PyTorch attachment relies on (lib/torch/): see also tests/gpu/torch_attachment.sh.
+
+Frame name_foreign_frame(std::uintptr_t entry) noexcept {
+  return Frame{"py_fn_" + std::to_string(entry & 0xff), "train.py", static_cast<std::uint32_t>(entry & 0xff)};
+}
+
+TEST(Recorder, StacksOnlyForAllocationsAtOrAboveStackMinBytes) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.stacks = StackMode::python;
+  c.stack_min_bytes = 1 << 20;
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    r.set_foreign_frame_resolver(name_foreign_frame);
+    EXPECT_FALSE(r.wants_stack(Action::alloc, 4096));
+    EXPECT_TRUE(r.wants_stack(Action::alloc, 1 << 20));
+    EXPECT_FALSE(r.wants_stack(Action::free_completed, 1 << 20)) << "frees carry no stack under a size floor";
+    const std::uintptr_t frames[] = {kForeignFrame | 7, kForeignFrame | 9};
+    r.record_from_allocator(Action::alloc, 0, 0x1000, 4096, 0, frames);       // small: no stack kept
+    r.record_from_allocator(Action::alloc, 0, 0x100000, 1 << 20, 0, frames);  // large: its frames
+    r.step();
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  ASSERT_EQ(rec.windows[0].events.size(), 2u);
+  EXPECT_EQ(rec.windows[0].events[0].stack_id, kNoStack);
+  const auto id = rec.windows[0].events[1].stack_id;
+  ASSERT_LT(id, rec.stacks.size());
+  ASSERT_EQ(rec.stacks[id].size(), 2u);
+  EXPECT_EQ(rec.frames.at(rec.stacks[id][0]), (Frame{"py_fn_7", "train.py", 7})) << "innermost first, resolved by the source";
+  EXPECT_EQ(rec.frames.at(rec.stacks[id][1]).name, "py_fn_9");
+}
+
+TEST(Recorder, OptimizerStepHintsCountOnlyWithoutExplicitBatchMarks) {
+  for (const bool nvtx : {false, true}) {
+    test::TempDir dir;
+    Config c = config_in(dir);
+    c.skip_batches = 1;
+    c.interval = 2;
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    if (nvtx) r.batch_marks_expected();  // an NVTX "step" range was opened in batch 1
+    for (int b = 1; b <= 4; ++b) {
+      r.record_alloc(0, 0x1000 * b, 100, 0);
+      r.step_hint();  // optimizer.step()
+      if (nvtx) r.step();  // the range closes after it
+    }
+    EXPECT_EQ(r.stats().batch, 5) << (nvtx ? "with NVTX ranges the hints are ignored" : "hints count batches");
+    r.stop();
+    const RankRecord rec = only_spill(dir);
+    ASSERT_EQ(rec.windows.size(), 1u);
+    EXPECT_EQ(rec.windows[0].batch_start, 2);
+    EXPECT_EQ(rec.windows[0].batch_end, 3);
+    EXPECT_EQ(rec.windows[0].events.size(), 2u);
+  }
+}
+
+TEST(Recorder, ASegmentSeenByCuptiAndTheAllocatorIsCountedOnce) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  constexpr std::uint64_t MiB = 1 << 20;
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    // cudaMalloc inside the caching allocator (CUPTI first), then its trace entry.
+    r.record(Action::segment_alloc, 0, 0x10000000, 20 * MiB, 0);
+    r.record_from_allocator(Action::segment_alloc, 0, 0x10000000, 20 * MiB, 7);
+    r.record_from_allocator(Action::alloc, 0, 0x10000000, 4 * MiB, 7);
+    // Expandable segments: one cuMemMap per 2 MiB page, then one trace entry for the range.
+    for (int page = 0; page < 3; ++page) r.record(Action::segment_map, 0, 0x20000000 + page * 2 * MiB, 2 * MiB, 0);
+    r.record_from_allocator(Action::segment_map, 0, 0x20000000, 6 * MiB, 7);
+    // The trace entry first, CUPTI's cudaFree after it.
+    r.record_from_allocator(Action::free_completed, 0, 0x10000000, 4 * MiB, 7);
+    r.record_from_allocator(Action::segment_free, 0, 0x10000000, 20 * MiB, 7);
+    r.record(Action::segment_free, 0, 0x10000000, 0, 0);
+    // Memory the allocator never saw (NCCL's own cudaMalloc) stays.
+    r.record(Action::segment_alloc, 0, 0x30000000, 8 * MiB, 0);
+    r.step();
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  std::vector<std::pair<Action, std::uint64_t>> got;
+  for (const Event& e : rec.windows[0].events) got.emplace_back(e.action, e.addr);
+  const std::vector<std::pair<Action, std::uint64_t>> want = {
+      {Action::segment_alloc, 0x10000000}, {Action::alloc, 0x10000000},        {Action::segment_map, 0x20000000},
+      {Action::free_completed, 0x10000000}, {Action::segment_free, 0x10000000}, {Action::segment_alloc, 0x30000000}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(rec.windows[0].events[0].stream, 7u) << "the allocator's copy is the one kept";
+  ASSERT_EQ(rec.windows[0].segments.size(), 2u) << "the mapped range and NCCL's segment at window end";
+}
+
+TEST(Recorder, ASecondSourceJoinsTheRecordingAndIsNamed) {
+  test::TempDir dir;
+  {
+    Recorder r;
+    RecorderOptions cupti;
+    cupti.source = "cupti";
+    ASSERT_TRUE(r.start(config_in(dir), LaunchInfo{}, cupti));
+    RecorderOptions torch;
+    torch.source = "torch_tracker";
+    EXPECT_TRUE(r.start(config_in(dir), LaunchInfo{}, torch)) << "the attachment joins CUPTI's recording";
+    r.stop();
+  }
+  EXPECT_EQ(only_spill(dir).meta.source, "cupti+torch_tracker");
+}
+
 TEST(Recorder, OverwriteFalseKeepsTheEarlierRunAndStepsAside) {
   test::TempDir dir;
   std::filesystem::create_directories(dir / "spill");

@@ -407,6 +407,7 @@ void CallbackMapper::handle_exit(const Call& c, const CUpti_CallbackData& data, 
 }
 
 void CallbackMapper::range_pushed(const void* domain, bool matches) noexcept {
+  if (matches) m_sink.batch_range_opened();
   try {
     if (t_pushed.size() >= kMaxPushed) {
       ++t_pushed_overflow;
@@ -437,6 +438,7 @@ void CallbackMapper::on_nvtx(CUpti_CallbackId cbid, const CUpti_NvtxData& data) 
   auto named = [&](const char* name) { return name != nullptr && is_batch_marker(name); };
   auto started = [&](bool matches) {
     if (!matches || data.functionReturnValue == nullptr) return;
+    m_sink.batch_range_opened();
     const auto id = *static_cast<const nvtxRangeId_t*>(data.functionReturnValue);
     try {
       std::lock_guard lock(m_mutex);

@@ -35,6 +35,8 @@ class EventSink {
   virtual void oom(int device, std::uint64_t requested, std::uint64_t device_free, std::uint64_t device_total,
                    std::uint64_t stream) noexcept = 0;
   virtual void step() noexcept = 0;
+  /// A range matching batch_marker was opened: batches are marked explicitly in this process.
+  virtual void batch_range_opened() noexcept {}
 };
 
 /// What the mapper asks the driver about: called from inside callbacks.

@@ -93,6 +93,7 @@ class RecorderSink final : public EventSink {
     Recorder::global().record_oom(device, requested, device_free, device_total, stream);
   }
   void step() noexcept override { Recorder::global().step(); }
+  void batch_range_opened() noexcept override { Recorder::global().batch_marks_expected(); }
 };
 
 struct State {

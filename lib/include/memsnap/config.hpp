@@ -19,7 +19,11 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class StackMode { none, native };
+// Which stacks are captured: none; native return addresses; the Python interpreter's frames (the
+// PyTorch attachment only); or both, native frames first.
+enum class StackMode { none, native, python, all };
+inline bool wants_native(StackMode m) { return m == StackMode::native || m == StackMode::all; }
+inline bool wants_python(StackMode m) { return m == StackMode::python || m == StackMode::all; }
 
 struct Config {
   std::int64_t skip_batches = 1;    // batches before the first window
@@ -32,10 +36,12 @@ struct Config {
   std::int64_t max_entries = 100000;  // events held in memory between two flushes
   StackMode stacks = StackMode::none;
   std::int64_t stack_depth = 24;    // frames kept per native stack (1..64)
+  std::int64_t stack_min_bytes = 0; // stacks only for allocations of at least this size (0: every event)
   std::string batch_marker = "(?i)^(train[_ ./-]?)?(step|batch|iter(ation)?)([_ ./#:-]?[0-9]+)?$";
   bool oom_snapshot = true;         // write a flagged window when an allocation fails
   std::string run_name;             // empty: derived from the launcher's job id
   bool enabled = true;
+  bool torch_attachment = true;     // `memsnap run`: attach to PyTorch's allocator where torch is imported
 
   bool operator==(const Config&) const = default;
 };

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,8 +60,16 @@ class EventRing {
   std::uint64_t dropped_ = 0;
 };
 
+/// A stack entry that is not a native return address (top bit set): a frame of another kind, such
+/// as a Python interpreter frame, encoded by the source that captured it and resolved by that
+/// source's ForeignFrameResolver when the stack is written (possibly on another thread).
+inline constexpr std::uintptr_t kForeignFrame = std::uintptr_t{1} << 63;
+using ForeignFrameResolver = Frame (*)(std::uintptr_t entry) noexcept;
+
 struct RecorderOptions {
-  std::string source = "api";  // api | cupti
+  // api | cupti | torch_tracker. A second source joining a started recorder adds its name
+  // ("cupti+torch_tracker").
+  std::string source = "api";
   std::string device_name;
   // Native stacks: frames at the top that lie in a module whose file name contains one of these
   // are trimmed like memsnap's own (the CUPTI source: libmemsnap_cupti, libcupti, libcuda).
@@ -101,12 +110,30 @@ class Recorder {
   void record_free(int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept {
     record(Action::free_completed, device, addr, size, stream);
   }
+  // An event from a block-level allocator trace (PyTorch's caching allocator). Its segment events
+  // replace the same segment reported by CUPTI on this thread (the cudaMalloc or cuMemMap inside
+  // the allocator), whichever comes first: each segment is counted once. `foreign` frames
+  // (innermost first) follow the native ones when native stacks are on; pass them only when
+  // wants_stack() said so.
+  void record_from_allocator(Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+                             std::span<const std::uintptr_t> foreign = {}) noexcept;
+  // Whether an event of this action and size gets a stack (stacks on, size >= stack_min_bytes).
+  bool wants_stack(Action action, std::uint64_t size) const noexcept;
+  StackMode stack_mode() const noexcept;
+  void set_foreign_frame_resolver(ForeignFrameResolver resolver) noexcept;
+
   // A failed allocation: records an `oom` event and writes the current window at once, flagged.
   void record_oom(int device, std::uint64_t requested, std::uint64_t device_free,
                   std::uint64_t device_total, std::uint64_t stream) noexcept;
 
   // The current batch ended (memsnap_step, or an NVTX batch range closed).
   void step() noexcept;
+  // A batch boundary from a fallback source (an optimizer step hook). Counts only while the
+  // process has marked no batch otherwise: once step() or batch_marks_expected() was called,
+  // hints are ignored, so one batch is never counted twice.
+  void step_hint() noexcept;
+  // An explicit batch mark is in use (an NVTX range matching batch_marker was opened).
+  void batch_marks_expected() noexcept;
   // Writes the current window now (or, outside a window, the recent history). True on success.
   bool dump() noexcept;
   // Flushes everything and closes the spill. Idempotent.
@@ -118,6 +145,7 @@ class Recorder {
   struct Impl;
 
  private:
+  void end_batch() noexcept;
   std::unique_ptr<Impl> impl_;
 };
 
