@@ -1,14 +1,18 @@
 """Step time of a PyTorch training loop with and without memsnap's CUPTI capture (GPU benchmark).
 
-One mode per process (tests/gpu/run.sh runs them in turn and compares):
-  --mode plain   no recording in this script; memsnap is on when run.sh sets CUDA_INJECTION64_PATH
-  --mode torch   torch.cuda.memory._record_memory_history (PyTorch's own recorder)
+One mode per process (tests/gpu/run.sh and tests/gpu/torch_attachment.sh run them in turn):
+  --mode plain        no recording in this script; memsnap is on when the caller set it up
+                      (CUDA_INJECTION64_PATH, or `memsnap run` with its startup hook)
+  --mode attach       memsnap_torch.attach() by hand (memsnap's python folder on PYTHONPATH)
+  --mode torch        torch.cuda.memory._record_memory_history() (PyTorch's own recorder, "all")
+  --mode torch_state  the same with enabled="state" (live blocks' stacks, no trace)
 A 12-layer bf16 transformer, NVTX range "step" around each batch, `--warmup` untimed then
 `--steps` timed batches; prints one JSON line with the median and p90 ms per step.
 """
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -17,7 +21,7 @@ import torch.nn as nn
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["plain", "torch"], default="plain")
+    ap.add_argument("--mode", choices=["plain", "attach", "torch", "torch_state"], default="plain")
     ap.add_argument("--label", default="")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=8)
@@ -33,13 +37,23 @@ def main():
     layer = nn.TransformerEncoderLayer(args.width, 16, 4 * args.width, batch_first=True)
     model = nn.TransformerEncoder(layer, args.layers, enable_nested_tensor=False).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    memsnap = None
+    if args.mode == "attach":
+        import memsnap_torch as memsnap
+
+        assert memsnap.attach()
+    elif "memsnap_torch" in sys.modules:  # attached by memsnap run's startup hook
+        memsnap = sys.modules["memsnap_torch"]
     if args.mode == "torch":
         torch.cuda.memory._record_memory_history(max_entries=100000)
+    elif args.mode == "torch_state":
+        torch.cuda.memory._record_memory_history(enabled="state")
     times = []
     allocs_before = 0
     for i in range(args.warmup + args.steps):
         if i == args.warmup:
             allocs_before = torch.cuda.memory_stats().get("allocation.all.allocated", 0)
+            events_before = memsnap._stats()[0] if memsnap else 0
         torch.cuda.nvtx.range_push("step")
         t0 = time.perf_counter()
         x = torch.randn(args.batch, args.seq, args.width, device=dev)
@@ -53,6 +67,7 @@ def main():
         torch.cuda.nvtx.range_pop()
     timed = times[args.warmup:]
     allocs = torch.cuda.memory_stats().get("allocation.all.allocated", 0) - allocs_before
+    events = (memsnap._stats()[0] - events_before) if memsnap else 0
     out = {
         "label": args.label or args.mode,
         "mode": args.mode,
@@ -61,6 +76,8 @@ def main():
         "p90_ms": round(sorted(timed)[int(0.9 * (len(timed) - 1))], 3),
         "steps": len(timed),
         "allocs_per_step": round(allocs / max(len(timed), 1), 1),
+        "events_per_step": round(events / max(len(timed), 1), 1),
+        "memsnap_recording": bool(memsnap and memsnap.recording()),
     }
     line = json.dumps(out)
     print("bench:", line)
