@@ -6,12 +6,12 @@
 //     decimal string "time_base_ns"), because epoch nanoseconds (~1.7e18) exceed the 2^53 a JS
 //     number holds exactly; allocs.end_ns == -1 (still live) becomes null;
 //   * addresses become hex strings for the same reason;
-//   * segments and their blocks become columnar arrays, block addresses offsets in their segment;
-//   * cross-page sparkline abscissae are rounded to 1e-4.
-// Everything else is embedded as given; the scripts treat every field as optional.
+//   * segments and their blocks become columnar arrays, block addresses offsets in their segment.
+// The cross page's data is embedded as given (its sparklines are compact text already: "spark":
+// {"max": bytes, "levels": two base64url characters a level}, see WindowDigest::spark), and so is
+// everything else; the scripts treat every field as optional.
 #include "html/html.hpp"
 
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -141,19 +141,6 @@ json rank_view(const json& data) {
   return v;
 }
 
-json cross_view(const json& data) {
-  json v = data.is_object() ? data : json::object();
-  if (json* ranks = member(v, "ranks"); ranks && ranks->is_array())
-    for (auto& r : *ranks)
-      if (json* ws = member(r, "windows"); ws && ws->is_array())
-        for (auto& w : *ws)
-          if (json* s = member(w, "series"))
-            if (json* t = member(*s, "t"); t && t->is_array())
-              for (auto& x : *t)
-                if (x.is_number_float()) x = std::round(x.get<double>() * 1e4) / 1e4;
-  return v;
-}
-
 std::string string_field(const json& data, const char* key, const char* fallback) {
   const json* v = member(data, key);
   return v && v->is_string() ? v->get<std::string>() : fallback;
@@ -214,6 +201,19 @@ std::string json_for_script(const nlohmann::json& data) {
   return out;
 }
 
+std::string spark_levels(const std::vector<std::uint64_t>& levels, std::uint64_t max) {
+  static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  out.reserve(levels.size() * 2);
+  for (auto v : levels) {
+    const double f = max == 0 ? 0.0 : static_cast<double>(v < max ? v : max) / static_cast<double>(max);
+    const auto q = static_cast<unsigned>(f * 4095.0 + 0.5);
+    out += kDigits[q >> 6];
+    out += kDigits[q & 63];
+  }
+  return out;
+}
+
 std::string escape_html(std::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -246,7 +246,8 @@ std::string render_rank_page(const nlohmann::json& data) {
 std::string render_cross_page(const nlohmann::json& data) {
   const std::string title = "memsnap · " + string_field(data, "run_name", "run") + " · all ranks";
   const std::string safe_title = json(title).dump(-1, ' ', false, json::error_handler_t::replace);
-  return page(json::parse(safe_title).get<std::string>(), "page-cross", cross_view(data), "cross.js");
+  static const json empty = json::object();
+  return page(json::parse(safe_title).get<std::string>(), "page-cross", data.is_object() ? data : empty, "cross.js");
 }
 
 }  // namespace memsnap::report

@@ -1,8 +1,10 @@
 // Renders memsnap's self-contained HTML report pages (per-rank window page, cross-rank page).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +21,12 @@ std::string render_cross_page(const nlohmann::json& data);
 /// JSON text that is safe inside <script type="application/json">: '<', '>', '&', U+2028 and
 /// U+2029 are written as \uXXXX escapes, invalid UTF-8 is replaced by U+FFFD.
 std::string json_for_script(const nlohmann::json& data);
+
+/// A sparkline of the cross page as text: each level (bytes) scaled to 0..4095 of `max` and written
+/// as two characters of the base64url alphabet (A-Z a-z 0-9 - _), high six bits first. A few
+/// hundred bytes per window where a JSON array of numbers took kilobytes: the cross page holds one
+/// per rank and window. cross.js reads it back (sparkLevels).
+std::string spark_levels(const std::vector<std::uint64_t>& levels, std::uint64_t max);
 
 /// Text escaped for HTML element content and quoted attribute values.
 std::string escape_html(std::string_view text);

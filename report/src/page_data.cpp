@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "html/html.hpp"
 #include "memsnap/report.hpp"
 
 namespace memsnap {
@@ -48,6 +49,29 @@ void downsample(const std::vector<std::int64_t>& t, const std::vector<std::uint6
     }
     i = j;
   }
+}
+
+// The step series (t, v) over [t0, t1] as n levels at equal steps of time, each the highest the
+// series reaches in its step (the level it enters the step with included).
+std::vector<std::uint64_t> levels_at_equal_steps(const std::vector<std::int64_t>& t,
+                                                 const std::vector<std::uint64_t>& v, std::int64_t t0, std::int64_t t1,
+                                                 std::size_t n) {
+  std::vector<std::uint64_t> out(n, 0);
+  if (t.empty() || n == 0) return out;
+  const double width = static_cast<double>(t1 - t0) / static_cast<double>(n);
+  std::size_t j = 0;
+  std::uint64_t level = v.front();
+  for (std::size_t b = 0; b < n; ++b) {
+    const double end =
+        b + 1 == n ? static_cast<double>(t1) + 1 : static_cast<double>(t0) + width * static_cast<double>(b + 1);
+    std::uint64_t top = level;
+    while (j < t.size() && static_cast<double>(t[j]) < end) {
+      level = v[j++];
+      top = std::max(top, level);
+    }
+    out[b] = top;
+  }
+  return out;
 }
 
 }  // namespace
@@ -253,12 +277,9 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
     digest->growth_site = s.growth_site;
     digest->growth_site_per_batch = s.growth_site_per_batch;
     digest->cut_short = s.oom || w.status != RecordStatus::ok || !w.closed;
-    std::vector<std::int64_t> small_t;
-    std::vector<std::uint64_t> small_v;
-    downsample(series_t, series_alloc, 200, small_t, small_v);
-    digest->series_t.clear();
-    for (auto t : small_t) digest->series_t.push_back(static_cast<double>(t - t0) / static_cast<double>(t1 - t0));
-    digest->series_allocated = small_v;
+    const auto levels = levels_at_equal_steps(series_t, series_alloc, t0, t1, kSparkPoints);
+    digest->spark_max = levels.empty() ? 0 : *std::max_element(levels.begin(), levels.end());
+    digest->spark = report::spark_levels(levels, digest->spark_max);
     digest->site_stacks = json::object();
     for (const auto& site : s.sites) {
       json frames = json::array();

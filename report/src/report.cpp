@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <set>
 
 #include "../../aggregator/src/mpi_util.hpp"
 #include "html/html.hpp"
@@ -24,7 +25,7 @@ json digest_to_json(const WindowDigest& d) {
   for (const auto& b : d.batches)
     batches.push_back({b.batch, b.peak_allocated, b.live_at_end, b.live_at_start, b.min_allocated, b.peak_site, b.peak_site_excess});
   return {{"rank", d.rank}, {"batch", d.batch}, {"page", d.page}, {"batches", batches},
-          {"t", d.series_t}, {"v", d.series_allocated}, {"stacks", d.site_stacks},
+          {"spark", {d.spark, d.spark_max}}, {"stacks", d.site_stacks},
           {"method", {d.batch_method, d.batch_confidence, d.batch_detail}},
           {"growth", {d.growth_per_batch, d.growth_monotone, d.growth_site, d.growth_site_per_batch}},
           {"cut_short", d.cut_short}};
@@ -46,10 +47,23 @@ WindowDigest digest_from_json(const json& j) {
   d.growth_site = g[2];
   d.growth_site_per_batch = g[3];
   d.cut_short = j.at("cut_short");
-  d.series_t = j.at("t").get<std::vector<double>>();
-  d.series_allocated = j.at("v").get<std::vector<std::uint64_t>>();
+  d.spark = j.at("spark")[0];
+  d.spark_max = j.at("spark")[1];
   d.site_stacks = j.at("stacks");
   return d;
+}
+
+// The cross page keeps the first stack it sees for each site name (cross_rank_analysis), and most
+// ranks name the same sites: later copies are dropped where they are met, before they are sent to
+// rank 0 and again there, so what rank 0 holds grows with the sites, not with sites x ranks.
+void drop_stacks_seen(WindowDigest& d, std::set<std::string>& seen) {
+  for (auto it = d.site_stacks.begin(); it != d.site_stacks.end();) {
+    if (seen.insert(it.key()).second) {
+      ++it;
+    } else {
+      it = d.site_stacks.erase(it);
+    }
+  }
 }
 
 // Writes `text` to `path` through a temporary name, so a reader never sees half a page.
@@ -152,16 +166,29 @@ int report_main(const ReportOptions& options) {
   }
 
   json mine = json::array();
-  for (const auto& d : digests) mine.push_back(digest_to_json(d));
+  {
+    std::set<std::string> seen;
+    for (auto& d : digests) {
+      drop_stacks_seen(d, seen);
+      mine.push_back(digest_to_json(d));
+    }
+  }
+  digests.clear();
   const std::string text = mine.dump();
+  mine = json();
   auto gathered = mpi::gather_bytes(*comm, std::vector<char>(text.begin(), text.end()), 0);
 
   int code = 0;
   if (root) {
     try {
       std::vector<WindowDigest> all;
-      for (const auto& part : gathered) {
-        for (const auto& j : json::parse(part.begin(), part.end())) all.push_back(digest_from_json(j));
+      std::set<std::string> seen;
+      for (auto& part : gathered) {
+        for (const auto& j : json::parse(part.begin(), part.end())) {
+          all.push_back(digest_from_json(j));
+          drop_stacks_seen(all.back(), seen);
+        }
+        std::vector<char>().swap(part);
       }
       const CrossRankResult cross = cross_rank_analysis(info, store->sites(), all);
       write_whole(out_dir / "index.html", report::render_cross_page(cross.page));

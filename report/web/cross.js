@@ -458,10 +458,11 @@
     if (!(m > 0)) m = 1;
     const bw = W / Math.max(1, n);
     c.fillStyle = M.cssVar('--grid'); c.fillRect(0, H - 1, W, 1);
+    const bad = M.cssVar('--bad'), plain = M.mix('#4e79a7', '#ffffff', 0.45);
     for (let i = 0; i < n; i++) {
       const v = Math.max(0, num(values[i], 0));
       const hgt = Math.max(v > 0 ? 1 : 0, (v / m) * (H - 2));
-      c.fillStyle = i === maxRank ? M.cssVar('--bad') : i === minRank ? '#4e79a7' : M.mix('#4e79a7', '#ffffff', 0.45);
+      c.fillStyle = i === maxRank ? bad : i === minRank ? '#4e79a7' : plain;
       c.fillRect(Math.floor(i * bw), H - 1 - hgt, Math.max(1, Math.floor((i + 1) * bw) - Math.floor(i * bw) - (bw > 5 ? 1 : 0)), hgt);
     }
     cv.addEventListener('mousemove', (ev) => {
@@ -512,9 +513,21 @@
   const rc = M.card('Ranks', { id: 'ranks', hint: 'click a row for its windows\u2019 timelines' });
   main.append(rc.el);
   rc.body.classList.add('flush');
+  // A window's "spark": {"max": bytes, "levels": text}, two base64url characters a level (0..4095
+  // of max, high six bits first), levels at equal steps of time over the window.
+  const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+  function sparkLevels(w) {
+    const s = obj(w.spark), text = str(s.levels), max = num(s.max, 0);
+    const out = [];
+    for (let i = 0; i + 1 < text.length; i += 2) {
+      const hi = B64.indexOf(text[i]), lo = B64.indexOf(text[i + 1]);
+      out.push(hi < 0 || lo < 0 ? NaN : (((hi << 6) | lo) / 4095) * max);
+    }
+    return out;
+  }
   function sparkline(w) {
-    const s = obj(w.series);
-    const ts = arr(s.t), vs = arr(s.allocated);
+    const vs = sparkLevels(w);
+    const ts = vs.map((_, i) => (vs.length > 1 ? i / (vs.length - 1) : 0));
     const W = 260, H = 52;
     const cv = h('canvas', { class: 'sparkline', 'aria-label': 'allocated over the window' });
     const c = M.setupCanvas(cv, W, H);

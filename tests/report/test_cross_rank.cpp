@@ -160,5 +160,59 @@ TEST(CrossRank, WhereRanksDifferListsTheSiteThatDiffers) {
   EXPECT_EQ(diffs[0]["category"], "parameters");
 }
 
+// A rank without a row for a site holds none of it; a rank without data is left out.
+TEST(CrossRank, WhereRanksDifferCountsARankWithoutTheSiteAsZero) {
+  FakeRun run(5);  // rank 4 left no record
+  for (int r = 0; r < 4; ++r) run.window(r, MiB, MiB, 100 * MiB);
+  run.info.ranks[4].status = "missing";
+  run.info.ranks[4].n_windows = 0;
+  auto site = [&](int r, const char* name, std::uint64_t bytes) {
+    run.sites.push_back(SiteRow{r, 0, 4, 0, name, Category::parameters, bytes, 1, 0, 0, kNoStack});
+  };
+  site(0, "init (model.py:3)", 10 * MiB);  // rank 1 has none
+  site(2, "init (model.py:3)", 30 * MiB);
+  site(3, "init (model.py:3)", 10 * MiB);
+  site(0, "cache (model.py:9)", 0);  // a row of 0 before the first rank without one
+  site(1, "cache (model.py:9)", 5 * MiB);
+  site(3, "cache (model.py:9)", 5 * MiB);
+  for (int r = 0; r < 4; ++r) site(r, "forward (model.py:10)", 50 * MiB);  // alike: not listed
+  const auto diffs = cross_rank_analysis(run.info, run.sites, run.digests).summary_json["site_diffs"];
+  ASSERT_EQ(diffs.size(), 2u) << diffs.dump(2);
+  EXPECT_EQ(diffs[0]["site"], "init (model.py:3)");
+  EXPECT_EQ(diffs[0]["max_rank"], 2);
+  EXPECT_EQ(diffs[0]["min_rank"], 1);
+  EXPECT_EQ(diffs[0]["delta"], 30 * MiB);
+  EXPECT_EQ(diffs[0]["bytes_by_rank"], nlohmann::json::array({10 * MiB, 0, 30 * MiB, 10 * MiB, 0}));
+  EXPECT_EQ(diffs[1]["site"], "cache (model.py:9)");
+  EXPECT_EQ(diffs[1]["max_rank"], 1);
+  EXPECT_EQ(diffs[1]["min_rank"], 0);
+  EXPECT_EQ(diffs[1]["delta"], 5 * MiB);
+}
+
+// The site named by a finding is the one the rank holds most more of than the median of the
+// other ranks (those without a row for it count as holding 0; ranks without data not at all).
+TEST(CrossRank, AFindingNamesTheSiteHeldMostAboveTheOtherRanksMedian) {
+  FakeRun run(7);  // rank 6 left no record
+  for (int r = 0; r < 6; ++r) run.window(r, 100 * MiB, 100 * MiB, 500 * MiB);
+  run.info.rows[2].live_at_open = run.info.rows[2].live_at_close = run.info.rows[2].persistent = 300 * MiB;
+  for (auto& b : run.digests[2].batches) b.min_allocated = b.live_at_start = b.live_at_end = 300 * MiB;
+  run.info.ranks[6].status = "missing";
+  run.info.ranks[6].n_windows = 0;
+  auto site = [&](int r, const char* name, std::uint64_t bytes) {
+    run.sites.push_back(SiteRow{r, 0, 4, 0, name, Category::other, bytes, 1, 0, 0, kNoStack});
+  };
+  // Rank 2 above the median of the others: params 250 - 100 (rank 4 has none: 0, 100, 100, 100,
+  // 100), only_here 120 - 0, buffers 100 - 40 (10, 20, 40, 50, 60).
+  site(2, "only_here (model.py:1)", 120 * MiB);
+  for (int r : {0, 1, 3, 5}) site(r, "params (model.py:3)", 100 * MiB);
+  site(2, "params (model.py:3)", 250 * MiB);
+  for (int r : {0, 1, 3, 4, 5}) site(r, "buffers (model.py:7)", (10 + 10 * r) * MiB);
+  site(2, "buffers (model.py:7)", 100 * MiB);
+  const auto f = run.findings();
+  const std::vector<std::pair<std::string, int>> expected = {{"missing", 6}, {"shard_imbalance", 2}};
+  ASSERT_EQ(kinds(f), expected) << f.dump(2);
+  EXPECT_EQ(f[1]["site"], "params (model.py:3)") << f.dump(2);
+}
+
 }  // namespace
 }  // namespace memsnap

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "html/html.hpp"
+
 namespace memsnap::test {
 namespace {
 
@@ -329,20 +331,23 @@ json synthetic_cross_page(const CrossPageSpec& spec) {
       if (oom) peak = 139.0 * GiB * 0.97;
       const double persistent = 18.0 * GiB * (r == spec.imbalance_rank ? 1.32 : 1.0) + (r == spec.leak_rank ? 3.0 * 64 * MiB * (w + 1) : 0);
       const auto ipeak = static_cast<std::int64_t>(peak);
-      json t = json::array(), a = json::array();
-      for (int i = 0; i < 200; ++i) {
-        const double x = i / 199.0;
+      std::vector<std::uint64_t> levels;
+      for (int i = 0; i < 128; ++i) {
+        const double x = i / 127.0;
         const double ph = std::fmod(x * 3, 1.0);
         const double shape = ph < 0.35 ? ph / 0.35 : ph < 0.9 ? 1 - (ph - 0.35) / 0.55 * 0.9 : 0.1;
-        t.push_back(x);
-        a.push_back(static_cast<std::int64_t>(persistent + (peak - persistent) * shape * (0.97 + 0.03 * uni(rng))));
+        const double level = persistent + (peak - persistent) * shape * (0.97 + 0.03 * uni(rng));
+        levels.push_back(static_cast<std::uint64_t>(level));
       }
+      const std::uint64_t level_max = *std::max_element(levels.begin(), levels.end());
+      const std::string spark = memsnap::report::spark_levels(levels, level_max);
       const bool trunc = r == spec.truncated_rank && w == W - 1;
       windows.push_back({{"batch", batch}, {"batch_start", batch - 2}, {"peak_allocated", ipeak},
                          {"peak_reserved", static_cast<std::int64_t>(peak * 1.07 / (2 * MiB)) * 2 * MiB},
                          {"live_at_open", static_cast<std::int64_t>(persistent)}, {"live_at_close", static_cast<std::int64_t>(persistent + (r == spec.leak_rank ? 192 * MiB : 0))},
                          {"persistent", static_cast<std::int64_t>(persistent)}, {"oom", oom}, {"status", trunc ? "truncated" : "ok"},
-                         {"page", "rank" + std::to_string(r) + "." + std::to_string(batch) + ".html"}, {"series", {{"t", t}, {"allocated", a}}}});
+                         {"page", "rank" + std::to_string(r) + "." + std::to_string(batch) + ".html"},
+                         {"spark", {{"max", level_max}, {"levels", spark}}}});
       peak_by_rank[static_cast<std::size_t>(r)] = std::max(peak_by_rank[static_cast<std::size_t>(r)], peak);
     }
     const std::string status = missing ? "missing" : r == spec.truncated_rank ? "truncated" : "ok";

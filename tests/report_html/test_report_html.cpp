@@ -128,6 +128,23 @@ TEST(ReportHtmlSizeTest, MillionEventWindowStaysCompact) {
   EXPECT_EQ(back["allocs"]["size"].size(), data["allocs"]["size"].size());
 }
 
+TEST(ReportHtmlSizeTest, ThousandRankCrossPageStaysCompact) {
+  CrossPageSpec cs;
+  cs.world_size = 1024;
+  cs.windows = 4;
+  const std::string page = render_cross_page(memsnap::test::synthetic_cross_page(cs));
+  // 4096 windows with a sparkline each: a few hundred bytes apiece, not kilobytes.
+  EXPECT_LT(page.size(), 4u << 20) << "the 1024-rank cross page is " << page.size() << " bytes";
+}
+
+TEST(ReportHtmlDataTest, SparkLevelsAreTwoCharactersALevel) {
+  using memsnap::report::spark_levels;
+  EXPECT_EQ(spark_levels({0, 500, 1000}, 1000), "AAgA__");  // 0, 2048 and 4095 of 4095
+  EXPECT_EQ(spark_levels({64, 9000}, 4095), "BA__");  // 64 = 1 << 6; above max: clamped
+  EXPECT_EQ(spark_levels({7, 7}, 0), "AAAA");
+  EXPECT_EQ(spark_levels({}, 10), "");
+}
+
 TEST(ReportHtmlDataTest, TimesAreRebasedExactlyAndAddressesKeptAsHex) {
   const std::int64_t t0 = 1733140000000000123;  // not representable as a JS number
   json d = {{"t0_ns", t0}, {"t1_ns", t0 + 1000},

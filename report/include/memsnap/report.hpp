@@ -35,8 +35,10 @@ struct WindowDigest {
   std::int64_t batch = 0;
   std::string page;                           // relative href of its page
   std::vector<BatchStat> batches;             // per-batch peak and live bytes
-  std::vector<double> series_t;               // <= 200 points, 0..1 over the window
-  std::vector<std::uint64_t> series_allocated;
+  // Allocated memory over the window for the cross page's sparkline: kSparkPoints levels at equal
+  // steps of time, each the highest in its step, as text (report::spark_levels in html.hpp).
+  std::string spark;
+  std::uint64_t spark_max = 0;                // the level that "__" (4095) stands for
   nlohmann::json site_stacks;                 // site name -> [{name,file,line}...]
   // How the window's batches were found (WindowRecord::batch_method ...) and how it grows.
   std::string batch_method = "recorded";
@@ -48,6 +50,9 @@ struct WindowDigest {
   double growth_site_per_batch = 0;
   bool cut_short = false;                     // closed by an OOM or a kill, mid-batch
 };
+
+/// Points of a window's sparkline on the cross page.
+inline constexpr std::size_t kSparkPoints = 128;
 
 // The rank page's data (the contract in report/html/html.cpp) for one window.
 nlohmann::json rank_page_data(const RankRecord& rank, const WindowRecord& window, const WindowStats& stats,
