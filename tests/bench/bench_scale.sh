@@ -8,6 +8,7 @@
 # (body[data-ready-at-ms], median and worst of TRIES loads), and until the largest rank page has
 # drawn its timeline.
 #   tests/bench/bench_scale.sh BUILD_DIR [RANKS] [EVENTS] [WORK_DIR]
+# KEEP=DIR keeps the cross-rank page, summary.json and the largest rank page there.
 # Needs about RANKS x EVENTS x 70 bytes of disk in WORK_DIR (default: a new folder in /tmp, removed
 # at the end): 1024 x 50000 takes 2 GB of spills, about 1 GB of store and 1 GB of pages.
 set -euo pipefail
@@ -73,5 +74,6 @@ echo "report: $(size_of "$rep") in $(find "$rep" -type f | wc -l) files; index.h
 
 echo "== headless Chromium, navigation start to first drawn"
 echo "cross-rank page ($ranks ranks): $(first_draw "$rep/index.html")"
-page=$(ls -S "$rep"/rank*.html | head -1)
+page=$(find "$rep" -name 'rank*.html' -printf '%s %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
 echo "largest rank page ($(basename "$page"), $(size_of "$page")): $(first_draw "$page" --virtual-time-budget=30000)"
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$rep/index.html" "$rep/summary.json" "$page" "$KEEP/"; fi
