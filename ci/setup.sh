@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config git
   openmpi-bin libopenmpi-dev
   libhdf5-openmpi-dev hdf5-tools
-  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libdw-dev zlib1g-dev libcurl4-openssl-dev
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libdw-dev libunwind-dev zlib1g-dev libdeflate-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   chromium
   clang libclang-rt-14-dev

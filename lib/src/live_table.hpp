@@ -42,13 +42,19 @@ class LiveTable {
     return nullptr;
   }
 
+  static constexpr std::uint64_t kAbsent = ~0ull;
+
   // Removes the key; returns false when it was not there.
-  bool erase(std::uint64_t key) {
+  bool erase(std::uint64_t key) { return erase_size(key) != kAbsent; }
+
+  // Removes the key and returns its allocation's size (one probe for a free), or kAbsent.
+  std::uint64_t erase_size(std::uint64_t key) {
     std::size_t i = index(key);
     while (slots_[i].key != key) {
-      if (slots_[i].key == kEmpty) return false;
+      if (slots_[i].key == kEmpty) return kAbsent;
       i = (i + 1) & mask_;
     }
+    const std::uint64_t size = slots_[i].value.size;
     // Backward shift: move later entries of the probe run into the hole.
     std::size_t hole = i;
     for (std::size_t j = (i + 1) & mask_; slots_[j].key != kEmpty; j = (j + 1) & mask_) {
@@ -61,7 +67,7 @@ class LiveTable {
     }
     slots_[hole].key = kEmpty;
     --size_;
-    return true;
+    return size;
   }
 
   template <class F>

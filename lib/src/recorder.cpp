@@ -7,8 +7,12 @@
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -58,23 +62,36 @@ std::int64_t WindowPolicy::last_batch(std::int64_t k) const { return skip_ + (k 
 EventRing::EventRing(std::size_t capacity) : buf_(std::max<std::size_t>(capacity, 1)) {}
 
 void EventRing::push(const Event& e) {
-  if (size_ == buf_.size()) {
+  // No modulo: this runs once per drained event.
+  const std::size_t cap = buf_.size();
+  if (size_ == cap) {
     buf_[start_] = e;
-    start_ = (start_ + 1) % buf_.size();
+    if (++start_ == cap) start_ = 0;
     ++dropped_;
     return;
   }
-  buf_[(start_ + size_) % buf_.size()] = e;
+  std::size_t i = start_ + size_;
+  if (i >= cap) i -= cap;
+  buf_[i] = e;
   ++size_;
+}
+
+std::array<std::span<const Event>, 2> EventRing::spans() const {
+  const std::size_t first = std::min(size_, buf_.size() - start_);
+  return {std::span<const Event>(buf_.data() + start_, first), std::span<const Event>(buf_.data(), size_ - first)};
 }
 
 std::vector<Event> EventRing::take() {
   std::vector<Event> out;
   out.reserve(size_);
   for_each([&](const Event& e) { out.push_back(e); });
+  discard();
+  return out;
+}
+
+void EventRing::discard() {
   start_ = 0;
   size_ = 0;
-  return out;
 }
 
 void EventRing::clear() {
@@ -92,6 +109,53 @@ std::int64_t now_ns() noexcept {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The hot path's clock. CLOCK_MONOTONIC through the vDSO costs about 20 ns a read. Where the kernel
+// keeps time with the TSC itself (clocksource "tsc": invariant, and checked by the kernel to be
+// synchronised across CPUs), an event holds raw TSC ticks (about 7 ns a read) until the drain
+// converts them to CLOCK_MONOTONIC ns; everything written keeps ns.
+struct TickSource {
+  bool tsc = false;
+  double ns_per_tick = 1.0;  // first estimate; each recorder refines it between drains
+};
+
+#if defined(__x86_64__)
+inline std::uint64_t read_tsc() noexcept { return __rdtsc(); }
+
+bool kernel_clocksource_is_tsc() noexcept {
+  const int fd = ::open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[32] = {};
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  return n >= 3 && std::string_view(buf, static_cast<std::size_t>(n)).substr(0, 3) == "tsc" &&
+         (n == 3 || buf[3] == '\n');
+}
+#else
+inline std::uint64_t read_tsc() noexcept { return 0; }
+bool kernel_clocksource_is_tsc() noexcept { return false; }
+#endif
+
+const TickSource& tick_source() noexcept {
+  static const TickSource source = [] {
+    TickSource s;
+    if (!kernel_clocksource_is_tsc()) return s;
+    // 200 us of spinning once per process; the drains refine the rate over longer spans.
+    const std::uint64_t t0 = read_tsc();
+    const std::int64_t n0 = now_ns();
+    std::int64_t n1 = n0;
+    std::uint64_t t1 = t0;
+    while (n1 - n0 < 200'000) {
+      t1 = read_tsc();
+      n1 = now_ns();
+    }
+    if (t1 <= t0) return s;
+    s.ns_per_tick = static_cast<double>(n1 - n0) / static_cast<double>(t1 - t0);
+    s.tsc = s.ns_per_tick > 0.01 && s.ns_per_tick < 100.0;  // 10 MHz .. 100 GHz, else distrust it
+    return s;
+  }();
+  return source;
 }
 
 std::int64_t wall_ns() noexcept {
@@ -152,7 +216,9 @@ struct ThreadCache {
 };
 __attribute__((tls_model("initial-exec"))) thread_local ThreadCache t_cache = {nullptr, 0, nullptr};
 
-constexpr std::uint8_t kFromAllocatorTrace = 1;  // Event::flags in the thread buffers only
+// Event::flags in the thread buffers only; cleared when drained.
+constexpr std::uint8_t kFromAllocatorTrace = 1;
+constexpr std::uint8_t kDropped = 2;  // the drain's mark on CUPTI's copy of an allocator segment event
 
 // 1: the segment gains memory (segment_alloc, segment_map), 2: loses it, 0: not a segment event.
 int segment_kind(Action a) {
@@ -206,6 +272,7 @@ struct Recorder::Impl {
   std::atomic<bool> active{false};
   std::atomic<bool> in_fork_child{false};  // a fork() copy: never touch the lock or the file
   int lock_fd = -1;                         // flock on spill/rank<R>.lock while recording
+  bool tsc_clock = false;  // events hold TSC ticks until drained (see TickSource)
   bool native_stacks = false;
   bool python_stacks = false;
   int stack_depth = 0;        // native entries per captured stack
@@ -232,9 +299,18 @@ struct Recorder::Impl {
   LiveTable segments;  // reserved memory
   std::uint64_t live_bytes = 0;
   std::uint64_t events_seen = 0, events_written = 0, dropped_total = 0, windows_written = 0;
-  std::vector<Event> scratch;
-  std::vector<bool> scratch_traced;  // per scratch event while draining: from the allocator trace
-  bool allocator_trace_seen = false;
+  // Set by the first allocator-trace event, before it is in a ring: a ring's first drain already
+  // holds back CUPTI's trailing segment events. Written once, read per drain.
+  std::atomic<bool> allocator_trace_seen{false};
+  // Hot-path ticks to ns (see TickSource): the last anchor and the rate since the one before.
+  std::uint64_t tick_anchor = 0;
+  std::int64_t tick_anchor_ns = 0;
+  double tick_rate = 1.0;
+  struct Run {
+    ThreadBuffer* b;
+    std::uint64_t next, end;
+  };
+  std::vector<Run> runs;  // the drain's rings with events, reused
 
   // Native stacks: raw return-address stacks interned by value; symbolised when written.
   std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackKeyHash> stack_ids;
@@ -315,17 +391,26 @@ struct Recorder::Impl {
     return id;
   }
 
-  void apply_live(const Event& e) {
+  // Live tracking for one event. A source that frees by address only (CUPTI: cudaFree(ptr))
+  // records size 0; the size is the allocation's, found by the same lookup.
+  void apply_live(Event& e) {
     const std::uint64_t key = live_key(e.device, e.addr);
     switch (e.action) {
       case Action::alloc:
         live_bytes -= live.put(key, LiveAlloc{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 0, 0});
         live_bytes += e.size;
         break;
-      case Action::free_completed:
-        if (const LiveAlloc* a = live.find(key)) {
-          live_bytes -= a->size;
-          live.erase(key);
+      case Action::free_completed: {
+        const std::uint64_t size = live.erase_size(key);
+        if (size != LiveTable::kAbsent) {
+          if (e.size == 0) e.size = size;
+          live_bytes -= size;
+        }
+        break;
+      }
+      case Action::free_requested:
+        if (e.size == 0) {
+          if (const LiveAlloc* a = live.find(key)) e.size = a->size;
         }
         break;
       case Action::segment_alloc:
@@ -333,24 +418,14 @@ struct Recorder::Impl {
         segments.put(key, LiveAlloc{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 1, 0});
         break;
       case Action::segment_free:
-      case Action::segment_unmap:
-        segments.erase(key);
+      case Action::segment_unmap: {
+        const std::uint64_t size = segments.erase_size(key);
+        if (e.size == 0 && size != LiveTable::kAbsent) e.size = size;
         break;
+      }
       default:
         break;
     }
-  }
-
-  // A source that frees by address only (CUPTI: cudaFree(ptr)) records size 0; the size is the
-  // allocation's.
-  void fill_freed_size(Event& e) const {
-    const LiveAlloc* a = nullptr;
-    if (e.action == Action::free_completed || e.action == Action::free_requested) {
-      a = live.find(live_key(e.device, e.addr));
-    } else if (e.action == Action::segment_free || e.action == Action::segment_unmap) {
-      a = segments.find(live_key(e.device, e.addr));
-    }
-    if (a != nullptr) e.size = a->size;
   }
 
   // Moves every thread's pending events, in time order, into live tracking and the history.
@@ -361,12 +436,32 @@ struct Recorder::Impl {
   // The allocator's event covers CUPTI's range: CUPTI's copies next to it are dropped, before or
   // after it. `hold_back` (a drain because a ring filled) leaves a thread's trailing CUPTI segment
   // events in its ring, so that the allocator's event that follows still finds them.
+  //
+  // The events are read where they lie in the rings (no copy): a first pass per ring converts
+  // the clock and marks CUPTI's duplicates, a second merges the rings by time into the tables.
   void drain(bool hold_back = false) {
-    scratch.clear();
-    for (auto& b : buffers) {
+    double rate = tick_rate;
+    std::uint64_t base_tick = tick_anchor;
+    std::int64_t base_ns = tick_anchor_ns;
+    if (tsc_clock) {
+      // Piecewise linear between anchors taken at drains at least 1 ms apart: exact at every
+      // anchor, so CLOCK_MONOTONIC's own slewing (NTP) is followed.
+      const std::uint64_t t = read_tsc();
+      const std::int64_t n = now_ns();
+      if (n - tick_anchor_ns >= 1'000'000 && t > tick_anchor) {
+        rate = static_cast<double>(n - tick_anchor_ns) / static_cast<double>(t - tick_anchor);
+        tick_rate = rate;
+        tick_anchor = t;
+        tick_anchor_ns = n;
+      }
+    }
+    runs.clear();
+    for (auto& bp : buffers) {
+      ThreadBuffer* b = bp.get();
       const std::uint64_t tail = b->tail.load(std::memory_order_relaxed);
       std::uint64_t head = b->head.load(std::memory_order_acquire);
-      if (hold_back && allocator_trace_seen) {
+      if (head == tail) continue;
+      if (hold_back && allocator_trace_seen.load(std::memory_order_relaxed)) {
         std::uint64_t keep = head;
         while (keep > tail && head - keep < 64) {
           const Event& e = b->events[(keep - 1) & (ThreadBuffer::kCapacity - 1)];
@@ -375,50 +470,76 @@ struct Recorder::Impl {
         }
         if (head - keep < 64) head = keep;
       }
-      const std::size_t first = scratch.size();
       for (std::uint64_t i = tail; i < head; ++i) {
-        const std::size_t slot = i & (ThreadBuffer::kCapacity - 1);
-        Event e = b->events[slot];
+        Event& e = b->events[i & (ThreadBuffer::kCapacity - 1)];
+        if (tsc_clock) {
+          const auto ticks = static_cast<double>(static_cast<std::int64_t>(static_cast<std::uint64_t>(e.time_ns) - base_tick));
+          e.time_ns = base_ns + static_cast<std::int64_t>(ticks * rate);
+        }
         const int kind = segment_kind(e.action);
-        const bool traced = (e.flags & kFromAllocatorTrace) != 0;
-        e.flags = 0;
-        if (traced) allocator_trace_seen = true;
         if (kind == 0) {
           b->trace_segment_kind = 0;
-        } else if (traced) {
+          continue;
+        }
+        const bool traced = (e.flags & kFromAllocatorTrace) != 0;
+        if (traced) {
           const std::uint64_t hi = e.addr + std::max<std::uint64_t>(e.size, 1);
-          while (scratch.size() > first && segment_kind(scratch.back().action) == kind &&
-                 scratch.back().device == e.device && scratch.back().addr >= e.addr && scratch.back().addr < hi &&
-                 !scratch_traced.back()) {
-            scratch.pop_back();
-            scratch_traced.pop_back();
+          // CUPTI's copies just before it, on this thread, in this drain.
+          for (std::uint64_t j = i; j > tail; --j) {
+            Event& p = b->events[(j - 1) & (ThreadBuffer::kCapacity - 1)];
+            if ((p.flags & kDropped) != 0) continue;
+            if (segment_kind(p.action) != kind || p.device != e.device || p.addr < e.addr || p.addr >= hi ||
+                (p.flags & kFromAllocatorTrace) != 0) {
+              break;
+            }
+            p.flags |= kDropped;
           }
           b->trace_segment_kind = kind;
           b->trace_segment_lo = e.addr;
           b->trace_segment_hi = hi;
         } else if (b->trace_segment_kind == kind && e.addr >= b->trace_segment_lo && e.addr < b->trace_segment_hi) {
-          continue;  // CUPTI's copy of the segment the allocator just reported
+          e.flags |= kDropped;  // CUPTI's copy of the segment the allocator just reported
         }
-        if (b->depth_limit > 0 && b->depth[slot] > 0) {
-          e.stack_id = intern_stack(b->pcs.get() + slot * b->depth_limit, b->depth[slot]);
-        }
-        scratch.push_back(e);
-        scratch_traced.push_back(traced);
       }
-      b->tail.store(head, std::memory_order_release);
+      runs.push_back(Run{b, tail, head});
     }
-    scratch_traced.clear();
-    if (scratch.empty()) return;
-    // One thread's events are already in order; several threads' need merging by time.
-    auto by_time = [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; };
-    if (!std::is_sorted(scratch.begin(), scratch.end(), by_time)) std::stable_sort(scratch.begin(), scratch.end(), by_time);
+    if (runs.empty()) return;
     const bool keep_history = window_open || config.oom_snapshot;
-    for (auto& e : scratch) {
-      if (e.size == 0) fill_freed_size(e);
+    auto take = [&](Run& r) {
+      const std::size_t slot = r.next & (ThreadBuffer::kCapacity - 1);
+      ++r.next;
+      Event e = r.b->events[slot];
+      if ((e.flags & kDropped) != 0) return;
+      e.flags = 0;
+      if (r.b->depth_limit > 0 && r.b->depth[slot] > 0) {
+        e.stack_id = intern_stack(r.b->pcs.get() + slot * r.b->depth_limit, r.b->depth[slot]);
+      }
       apply_live(e);
       if (keep_history) history->push(e);
+      ++events_seen;
+    };
+    if (runs.size() == 1) {
+      // One thread's events are already in order.
+      Run& r = runs.front();
+      while (r.next < r.end) take(r);
+    } else {
+      // Each ring is in time order: merge them, the earlier ring first on equal times.
+      for (;;) {
+        Run* best = nullptr;
+        std::int64_t best_time = 0;
+        for (auto& r : runs) {
+          if (r.next == r.end) continue;
+          const std::int64_t t = r.b->events[r.next & (ThreadBuffer::kCapacity - 1)].time_ns;
+          if (best == nullptr || t < best_time) {
+            best = &r;
+            best_time = t;
+          }
+        }
+        if (best == nullptr) break;
+        take(*best);
+      }
     }
-    events_seen += scratch.size();
+    for (auto& r : runs) r.b->tail.store(r.end, std::memory_order_release);
   }
 
   // Segments and allocations of two tables, oldest first: the LIVE record's order.
@@ -523,10 +644,12 @@ struct Recorder::Impl {
 
   bool flush_history() {
     if (!spill.still_linked()) return false;  // one fstat per batch
-    const auto events = history->take();
-    if (events.empty()) return true;
-    if (!spill.write_events(window_id, events)) return false;
-    events_written += events.size();
+    // Straight from the history's memory: no copy of the batch's events.
+    for (const auto part : history->spans()) {
+      if (!part.empty() && !spill.write_events(window_id, part)) return false;
+      events_written += part.size();
+    }
+    history->discard();
     return true;
   }
 
@@ -723,6 +846,10 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
       s.spill.close();
       return false;
     }
+    s.tsc_clock = tick_source().tsc;
+    s.tick_rate = tick_source().ns_per_tick;
+    s.tick_anchor = read_tsc();
+    s.tick_anchor_ns = now_ns();
     s.epoch = g_epoch.fetch_add(1) + 1;
     s.batch = 1;
     if (s.policy.opens_at(s.batch)) s.open_window(now_ns());
@@ -765,13 +892,14 @@ void Recorder::Impl::push(const void* owner, Action action, int device, std::uin
                           std::uint64_t stream, std::uint8_t flags, std::span<const std::uintptr_t> foreign) {
   ThreadBuffer* b = buffer_for_this_thread(owner);
   const std::uint64_t head = b->head.load(std::memory_order_relaxed);
-  if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) {
+  if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) [[unlikely]] {
     std::lock_guard lock(mutex);
-    drain(true);
+    // Another thread's drain may have emptied this ring while this one waited for the lock.
+    if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) drain(true);
   }
   const std::size_t slot = head & (ThreadBuffer::kCapacity - 1);
   Event& e = b->events[slot];
-  e.time_ns = now_ns();
+  e.time_ns = tsc_clock ? static_cast<std::int64_t>(read_tsc()) : now_ns();
   e.addr = addr;
   e.size = size;
   e.stream = stream;
@@ -812,6 +940,7 @@ void Recorder::record_from_allocator(Action action, int device, std::uint64_t ad
   if (!s.active.load(std::memory_order_relaxed) || t_in_hook) return;
   HookGuard guard;
   try {
+    if (!s.allocator_trace_seen.load(std::memory_order_relaxed)) s.allocator_trace_seen.store(true, std::memory_order_relaxed);
     s.push(this, action, device, addr, size, stream, kFromAllocatorTrace, foreign);
   } catch (...) {
     log::once(s.warned_internal, log::Level::warn, "internal error while recording; recording stops, the job goes on");

@@ -1,13 +1,20 @@
+// Native stacks: return addresses on the hot path (frame pointers, else DWARF), symbols at window close.
 #include "stacks.hpp"
 
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#ifdef MEMSNAP_HAVE_LIBUNWIND
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+#endif
 
 #ifdef MEMSNAP_HAVE_LIBDW
 #include <dwarf.h>
@@ -17,13 +24,85 @@
 
 namespace memsnap::stacks {
 
-int capture(std::uintptr_t* out, int max_depth) noexcept {
+namespace {
+
+// The calling thread's stack top (pthread_getattr_np once per thread): frame pointers are
+// followed only between the capturing frame and it, so a broken chain never reads elsewhere.
+struct StackRange {
+  std::uintptr_t top = 0;
+  bool known = false;
+};
+__attribute__((tls_model("initial-exec"))) thread_local StackRange t_stack;
+
+std::uintptr_t stack_top() noexcept {
+  if (!t_stack.known) {
+    t_stack.known = true;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      std::size_t size = 0;
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0) t_stack.top = reinterpret_cast<std::uintptr_t>(addr) + size;
+      pthread_attr_destroy(&attr);
+    }
+  }
+  return t_stack.top;
+}
+
+}  // namespace
+
+// Frame-pointer walk: two loads a frame. Trusted only when the chain is whole: every saved frame
+// pointer lies above the last one and below the stack's top, 16-aligned as the x86-64 and AArch64
+// ABIs keep them, and the chain either reaches max_depth or ends at the outermost frame (a saved
+// frame pointer of 0, as _start and clone leave it). Code built without frame pointers breaks
+// one of these nearly always (rbp holds a heap pointer, a counter, or a stale frame), and then
+// the DWARF unwinder takes the whole stack. 0: not trusted.
+[[gnu::noinline]] int capture_with_frame_pointers(std::uintptr_t* out, int max_depth) noexcept {
+#if defined(__x86_64__) || defined(__aarch64__)
+  const std::uintptr_t top = stack_top();
+  auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  if (top == 0 || fp >= top) return 0;
+  int n = 0;
+  while (n < max_depth) {
+    if ((fp & 15) != 0 || fp + 2 * sizeof(std::uintptr_t) > top) return 0;
+    const auto* frame = reinterpret_cast<const std::uintptr_t*>(fp);
+    const std::uintptr_t next = frame[0];
+    const std::uintptr_t ra = frame[1];
+    if (ra < 4096) return 0;
+    out[n++] = ra;
+    if (next == 0) return n;  // the outermost frame
+    if (next <= fp) return 0;
+    fp = next;
+  }
+  return n;
+#else
+  (void)out;
+  (void)max_depth;
+  return 0;
+#endif
+}
+
+int capture_with_dwarf(std::uintptr_t* out, int max_depth) noexcept {
+#ifdef MEMSNAP_HAVE_LIBUNWIND
+  // libunwind caches what it learnt of each return address (per thread), so a stack seen before
+  // costs little more than a frame-pointer walk; glibc's backtrace decodes DWARF every time.
+  return unw_backtrace(reinterpret_cast<void**>(out), max_depth);
+#else
   return ::backtrace(reinterpret_cast<void**>(out), max_depth);
+#endif
+}
+
+int capture(std::uintptr_t* out, int max_depth) noexcept {
+  const int n = capture_with_frame_pointers(out, max_depth);
+  return n > 0 ? n : capture_with_dwarf(out, max_depth);
 }
 
 void warm_up() noexcept {
+#ifdef MEMSNAP_HAVE_LIBUNWIND
+  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+#endif
   void* probe[4];
-  (void)::backtrace(probe, 4);
+  (void)capture_with_dwarf(reinterpret_cast<std::uintptr_t*>(probe), 4);
+  (void)stack_top();
 }
 
 bool is_own_frame(std::uintptr_t pc) noexcept {

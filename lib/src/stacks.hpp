@@ -8,8 +8,15 @@
 
 namespace memsnap::stacks {
 
-// Fills `out` with up to `max_depth` return addresses of the calling thread, innermost first.
+// Fills `out` with up to `max_depth` return addresses of the calling thread, innermost first:
+// by frame pointers where the whole chain keeps them, else by the DWARF unwinder.
 int capture(std::uintptr_t* out, int max_depth) noexcept;
+
+// capture()'s two ways, apart (for tests). The frame-pointer walk returns 0 when the chain is not
+// whole (some frame on it does not keep its frame pointer); the DWARF unwinder is libunwind's
+// where memsnap was built with it, glibc's backtrace otherwise.
+int capture_with_frame_pointers(std::uintptr_t* out, int max_depth) noexcept;
+int capture_with_dwarf(std::uintptr_t* out, int max_depth) noexcept;
 
 // Loads the unwinder before the first hot-path capture (glibc's backtrace loads libgcc_s and
 // allocates on first use).

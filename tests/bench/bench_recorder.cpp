@@ -1,6 +1,9 @@
-// ns per recorded alloc+free pair on the recorder's hot path.
+// The recorder's hot path, drains and flushes included.
 //   build/bin/memsnap_bench_recorder [--benchmark_filter=BM_Record...]
-// Each iteration is one alloc and one free (two events); items/s counts events.
+// Each iteration is one alloc and one free (two events). items_per_second counts events of all
+// threads together; per_event is the wall time per event of one thread (1 thread: ns per
+// event); with native stacks every event captures one stack, so per_event is also the time per
+// captured stack, the rest of the hot path included.
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
@@ -63,10 +66,24 @@ void record_loop(benchmark::State& state) {
     if (++n % 50000 == 0 && state.thread_index() == 0) r.step();
   }
   state.SetItemsProcessed(state.iterations() * 2);
+  state.counters["per_event"] = benchmark::Counter(static_cast<double>(state.iterations() * 2),
+                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+// A program built with frame pointers whose stack is deeper than stack_depth: the frame-pointer
+// walk reaches the depth limit inside frames that keep them, and the DWARF unwinder is not used.
+[[gnu::noinline]] void record_deep(benchmark::State& state, int depth) {
+  if (depth > 0) {
+    record_deep(state, depth - 1);
+    benchmark::ClobberMemory();
+    return;
+  }
+  record_loop(state);
 }
 
 void BM_RecordAllocFree_NoStacks(benchmark::State& state) { record_loop(state); }
 void BM_RecordAllocFree_NativeStacks(benchmark::State& state) { record_loop(state); }
+void BM_RecordAllocFree_NativeStacksFramePointers(benchmark::State& state) { record_deep(state, 40); }
 
 // The cost when memsnap is linked but not recording (before init or after stepping aside).
 void BM_RecordInactive(benchmark::State& state) {
@@ -79,8 +96,9 @@ void BM_RecordInactive(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 2);
 }
 
-BENCHMARK(BM_RecordAllocFree_NoStacks)->Setup(set_up_no_stacks)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
+BENCHMARK(BM_RecordAllocFree_NoStacks)->Setup(set_up_no_stacks)->Teardown(tear_down)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 BENCHMARK(BM_RecordAllocFree_NativeStacks)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
+BENCHMARK(BM_RecordAllocFree_NativeStacksFramePointers)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->UseRealTime();
 BENCHMARK(BM_RecordInactive);
 
 }  // namespace

@@ -3,15 +3,19 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <thread>
 
 #include "memsnap/recorder.hpp"
 #include "memsnap/spill.hpp"
 #include "test_util.hpp"
+#include "../../lib/src/stacks.hpp"
 
 namespace memsnap {
 namespace {
@@ -244,6 +248,46 @@ TEST(Recorder, NativeStacksNameTheCaller) {
   EXPECT_GT(top.line, 0u);
 }
 
+void capture_both_ways(std::vector<std::uintptr_t>& walked, std::vector<std::uintptr_t>& unwound, int depth);
+
+// Two functions calling each other: every frame's return address differs from its neighbour's.
+[[gnu::noinline]] void capture_via_other(std::vector<std::uintptr_t>& walked, std::vector<std::uintptr_t>& unwound,
+                                         int depth) {
+  capture_both_ways(walked, unwound, depth - 1);
+  asm volatile("" ::: "memory");  // no tail call
+}
+
+[[gnu::noinline]] void capture_both_ways(std::vector<std::uintptr_t>& walked, std::vector<std::uintptr_t>& unwound,
+                                         int depth) {
+  if (depth > 0) {
+    capture_via_other(walked, unwound, depth - 1);
+    asm volatile("" ::: "memory");
+    return;
+  }
+  walked.resize(32);
+  unwound.resize(40);
+  walked.resize(stacks::capture_with_frame_pointers(walked.data(), 32));
+  unwound.resize(stacks::capture_with_dwarf(unwound.data(), 40));
+}
+
+// This file keeps frame pointers, so 40 frames of it hold a whole chain up to the depth limit.
+TEST(Stacks, TheFramePointerWalkAgreesWithTheDwarfUnwinder) {
+  std::vector<std::uintptr_t> walked, unwound;
+  capture_both_ways(walked, unwound, 40);
+#if defined(__x86_64__) || defined(__aarch64__)
+  ASSERT_EQ(walked.size(), 32u) << "the chain is whole up to the limit";
+#else
+  GTEST_SKIP() << "no frame-pointer walk on this architecture";
+#endif
+  // The two calls differ in their innermost frames; from the first recursive frame on they agree.
+  ASSERT_NE(walked[1], walked[2]);
+  const auto at = std::find(unwound.begin(), unwound.end(), walked[1]);
+  ASSERT_NE(at, unwound.end());
+  const std::size_t offset = static_cast<std::size_t>(at - unwound.begin());
+  ASSERT_GE(unwound.size(), offset + 31);
+  for (std::size_t i = 1; i < walked.size(); ++i) EXPECT_EQ(walked[i], unwound[offset + i - 1]) << "frame " << i;
+}
+
 // What the PyTorch attachment relies on (lib/torch/): see also tests/gpu/torch_attachment.sh.
 
 Frame name_foreign_frame(std::uintptr_t entry) noexcept {
@@ -338,6 +382,76 @@ TEST(Recorder, ASegmentSeenByCuptiAndTheAllocatorIsCountedOnce) {
   EXPECT_EQ(got, want);
   EXPECT_EQ(rec.windows[0].events[0].stream, 7u) << "the allocator's copy is the one kept";
   ASSERT_EQ(rec.windows[0].segments.size(), 2u) << "the mapped range and NCCL's segment at window end";
+}
+
+TEST(Recorder, ASegmentSeenByBothIsCountedOnceWhenARingFillsBetweenThem) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  constexpr std::uint64_t MiB = 1 << 20;
+  constexpr int kRing = 4096;  // events a thread's ring holds before it is drained
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    r.record_from_allocator(Action::alloc, 0, 0x1000, 64, 7);
+    for (int i = 1; i < kRing - 2; ++i) r.record_alloc(0, 0x100000 + i * 64, 64, 0);
+    // CUPTI's three page maps fill the ring at the third; the trace entry comes after the drain.
+    for (int page = 0; page < 3; ++page) r.record(Action::segment_map, 0, 0x20000000 + page * 2 * MiB, 2 * MiB, 0);
+    r.record_from_allocator(Action::segment_map, 0, 0x20000000, 6 * MiB, 7);
+    r.step();
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  std::vector<Event> maps;
+  for (const Event& e : rec.windows[0].events) {
+    if (e.action == Action::segment_map) maps.push_back(e);
+  }
+  ASSERT_EQ(maps.size(), 1u);
+  EXPECT_EQ(maps[0].stream, 7u);
+  EXPECT_EQ(maps[0].size, 6 * MiB);
+  EXPECT_EQ(rec.windows[0].events.size(), std::size_t(kRing - 2) + 1);
+}
+
+std::int64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The hot path may read the TSC; what is written is CLOCK_MONOTONIC ns, also across drains.
+TEST(Recorder, EventTimesAreTheMonotonicClockAcrossDrains) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.max_entries = 1 << 16;
+  constexpr int kRounds = 3, kPerRound = 5000;  // more than a thread's ring: drains mid-round
+  std::vector<std::pair<std::int64_t, std::int64_t>> rounds;
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    for (int round = 0; round < kRounds; ++round) {
+      const std::int64_t before = monotonic_ns();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a margin either side
+      for (int i = 0; i < kPerRound; ++i) r.record_alloc(0, 0x100000 + (round * kPerRound + i) * 64, 64, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      rounds.emplace_back(before, monotonic_ns());
+    }
+    r.step();
+    r.stop();
+  }
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  const auto& events = rec.windows[0].events;
+  ASSERT_EQ(events.size(), std::size_t(kRounds) * kPerRound);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const auto [before, after] = rounds[i / kPerRound];
+    ASSERT_GT(events[i].time_ns, before) << "event " << i;
+    ASSERT_LT(events[i].time_ns, after) << "event " << i;
+    if (i > 0) {
+      ASSERT_GE(events[i].time_ns, events[i - 1].time_ns) << "event " << i;
+    }
+  }
 }
 
 TEST(Recorder, ASecondSourceJoinsTheRecordingAndIsNamed) {

@@ -9,6 +9,7 @@
 // line and the recorder steps aside (active() turns false); the application runs on.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -52,6 +53,9 @@ class EventRing {
     for (std::size_t i = 0; i < size_; ++i) f(buf_[(start_ + i) % buf_.size()]);
   }
   std::vector<Event> take();  // the events, oldest first; empties the ring, keeps dropped()
+  // The events as at most two contiguous runs, oldest first: written without a copy.
+  std::array<std::span<const Event>, 2> spans() const;
+  void discard();             // empties the ring, keeps dropped()
   void clear();               // empties and resets dropped()
 
  private:
