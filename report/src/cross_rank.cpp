@@ -512,9 +512,6 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
       if (auto it = digest_of.find({r.rank, w->batch_end}); it != digest_of.end()) {
         win["page"] = it->second->page;
         win["spark"] = {{"max", it->second->spark_max}, {"levels", it->second->spark}};
-        json batches = json::array();
-        for (const auto& b : it->second->batches) batches.push_back({{"batch", b.batch}, {"peak_allocated", b.peak_allocated}, {"live_at_end", b.live_at_end}});
-        win["batches"] = std::move(batches);
       }
       windows.push_back(std::move(win));
     }
