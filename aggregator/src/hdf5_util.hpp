@@ -20,6 +20,10 @@
 
 namespace memsnap::h5 {
 
+// chunked_write.cpp: a shuffled, deflated dataset compressed on several threads.
+void write_compressed(hid_t loc, const char* name, hid_t type, const void* data, std::size_t n, std::size_t chunk_rows,
+                      int level, unsigned threads, const std::string& context);
+
 /// The innermost message of the current thread's HDF5 error stack ("" when empty).
 inline std::string last_error() {
   std::string innermost, outermost;
@@ -271,29 +275,33 @@ inline double read_attr_double(hid_t loc, const char* name, const std::string& c
 /// Rows per chunk of a compressed 1-D dataset: about 2.5 MiB of 40-byte events.
 inline constexpr hsize_t kChunkRows = 65536;
 
-/// Creates and writes a 1-D dataset of n items of `type` in one call. Datasets of at least
-/// 1024 items are chunked and compressed (shuffle + deflate) when `deflate` > 0 and the
-/// library has the filter.
-inline void write_array(hid_t loc, const char* name, hid_t type, const void* data, std::size_t n, int deflate,
-                        const std::string& context) {
+/// How a dataset is compressed: deflate level (0: not at all) and threads (0: one per core).
+struct Compression {
+  Compression(int deflate_level, unsigned thread_count = 0) : level(deflate_level), threads(thread_count) {}  // NOLINT
+  int level = 0;
+  unsigned threads = 0;
+};
+
+/// Creates and writes a 1-D dataset of n items of `type` (`data` in the type's own layout) in one
+/// call. Datasets of at least 1024 items are chunked, shuffled and deflated when the level is
+/// above 0 and the library has the filter (chunked_write.hpp: on several threads).
+inline void write_array(hid_t loc, const char* name, hid_t type, const void* data, std::size_t n,
+                        Compression compression, const std::string& context) {
+  if (compression.level > 0 && n >= 1024 && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
+    write_compressed(loc, name, type, data, n, kChunkRows, compression.level, compression.threads, context);
+    return;
+  }
   const std::string what = context + ": cannot write " + name;
   const hsize_t dims[1] = {n};
   Handle space = space_handle(H5Screate_simple(1, dims, nullptr), what);
-  Handle dcpl = plist_handle(H5Pcreate(H5P_DATASET_CREATE), what);
-  if (deflate > 0 && n >= 1024 && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
-    const hsize_t chunk[1] = {std::min<hsize_t>(n, kChunkRows)};
-    check_status(H5Pset_chunk(dcpl, 1, chunk), what);
-    check_status(H5Pset_shuffle(dcpl), what);
-    check_status(H5Pset_deflate(dcpl, static_cast<unsigned>(deflate)), what);
-  }
-  Handle ds = dataset_handle(H5Dcreate2(loc, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), what);
+  Handle ds = dataset_handle(H5Dcreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), what);
   if (n > 0) check_status(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), what);
 }
 
 template <class T>
-void write_vector(hid_t loc, const char* name, hid_t type, const std::vector<T>& v, int deflate,
+void write_vector(hid_t loc, const char* name, hid_t type, const std::vector<T>& v, Compression compression,
                   const std::string& context) {
-  write_array(loc, name, type, v.data(), v.size(), deflate, context);
+  write_array(loc, name, type, v.data(), v.size(), compression, context);
 }
 
 /// Number of items of the 1-D dataset `name`.

@@ -1,9 +1,13 @@
-// The store's on-disk types, shared by store_writer.cpp and store_reader.cpp: HDF5 compound types
-// for the bulk records (which map the in-memory structs one to one, so HDF5 converts nothing) and
-// row codecs for the index tables (whose string widths are sized to the longest value written).
+// The store's on-disk types, made from the field tables (memsnap/record_fields.hpp,
+// memsnap/store_rows.hpp) and shared by store_writer.cpp and store_reader.cpp: HDF5 compound
+// types for the bulk records (which map the in-memory structs one to one, so HDF5 converts
+// nothing) and packing for the index tables (whose string widths fit the longest value written).
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <type_traits>
 #include <cstddef>
 #include <map>
 #include <string>
@@ -12,7 +16,9 @@
 #include "hdf5_util.hpp"
 #include "memsnap/analysis.hpp"
 #include "memsnap/event.hpp"
+#include "memsnap/record_fields.hpp"
 #include "memsnap/store.hpp"
+#include "memsnap/store_rows.hpp"
 
 namespace memsnap::layout {
 
@@ -45,39 +51,60 @@ inline Handle compound(std::size_t size) {
   return h5::type_handle(H5Tcreate(H5T_COMPOUND, size), "cannot create a compound type");
 }
 
-/// events: time_ns, action, device, addr, size, stream, stack_id, flags (memsnap::Event).
-inline Handle event_type() {
-  Handle t = compound(sizeof(Event));
-  Handle action = action_type();
-  member(t, "time_ns", offsetof(Event, time_ns), H5T_NATIVE_INT64);
-  member(t, "addr", offsetof(Event, addr), H5T_NATIVE_UINT64);
-  member(t, "size", offsetof(Event, size), H5T_NATIVE_UINT64);
-  member(t, "stream", offsetof(Event, stream), H5T_NATIVE_UINT64);
-  member(t, "stack_id", offsetof(Event, stack_id), H5T_NATIVE_UINT32);
-  member(t, "device", offsetof(Event, device), H5T_NATIVE_INT16);
-  member(t, "action", offsetof(Event, action), action);
-  member(t, "flags", offsetof(Event, flags), H5T_NATIVE_UINT8);
-  return t;
+// --- types of the fields in the tables --------------------------------------------------------
+
+template <class T>
+struct IsStdArray : std::false_type {};
+template <class T, std::size_t N>
+struct IsStdArray<std::array<T, N>> : std::true_type {
+  using Item = T;
+  static constexpr std::size_t size = N;
+};
+
+/// The HDF5 type of a fixed-size field (not a string): bool is a u8 holding 0 or 1.
+template <class T>
+Handle native_type() {
+  auto copy = [](hid_t t) { return h5::type_handle(H5Tcopy(t), "cannot copy a type"); };
+  if constexpr (std::is_same_v<T, Action>) {
+    return action_type();
+  } else if constexpr (std::is_same_v<T, Category>) {
+    return category_type();
+  } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::uint8_t>) {
+    return copy(H5T_NATIVE_UINT8);
+  } else if constexpr (std::is_same_v<T, std::int16_t>) {
+    return copy(H5T_NATIVE_INT16);
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
+    return copy(H5T_NATIVE_INT32);
+  } else if constexpr (std::is_same_v<T, std::uint32_t>) {
+    return copy(H5T_NATIVE_UINT32);
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    return copy(H5T_NATIVE_INT64);
+  } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+    return copy(H5T_NATIVE_UINT64);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return copy(H5T_NATIVE_DOUBLE);
+  } else if constexpr (std::is_array_v<T> && std::is_same_v<std::remove_extent_t<T>, char>) {
+    return h5::string_type(std::extent_v<T>);  // a fixed NUL-terminated text field
+  } else {
+    static_assert(sizeof(T) == 0, "no HDF5 type for this field");
+  }
 }
 
-/// live_at_start: memsnap::LiveAlloc.
-inline Handle live_type() {
-  Handle t = compound(sizeof(LiveAlloc));
-  member(t, "addr", offsetof(LiveAlloc, addr), H5T_NATIVE_UINT64);
-  member(t, "size", offsetof(LiveAlloc, size), H5T_NATIVE_UINT64);
-  member(t, "stream", offsetof(LiveAlloc, stream), H5T_NATIVE_UINT64);
-  member(t, "time_ns", offsetof(LiveAlloc, time_ns), H5T_NATIVE_INT64);
-  member(t, "stack_id", offsetof(LiveAlloc, stack_id), H5T_NATIVE_UINT32);
-  member(t, "device", offsetof(LiveAlloc, device), H5T_NATIVE_INT16);
-  member(t, "is_segment", offsetof(LiveAlloc, is_segment), H5T_NATIVE_UINT8);
-  return t;
-}
+// --- bulk records: structs whose memory is the HDF5 row ----------------------------------------
 
-/// batches: memsnap::BatchMark.
-inline Handle batch_type() {
-  Handle t = compound(sizeof(BatchMark));
-  member(t, "batch", offsetof(BatchMark, batch), H5T_NATIVE_INT64);
-  member(t, "time_ns", offsetof(BatchMark, time_ns), H5T_NATIVE_INT64);
+/// The compound type of S from its field table, members at the struct's own offsets, so HDF5
+/// converts nothing on write or read.
+template <class S>
+Handle compound_type() {
+  static_assert(std::is_trivially_copyable_v<S>);
+  Handle t = compound(sizeof(S));
+  static const S probe{};
+  for_each_field<S>([&](const auto& f) {
+    using M = typename std::decay_t<decltype(f)>::Member;
+    const std::size_t offset = reinterpret_cast<const char*>(&(probe.*f.member)) - reinterpret_cast<const char*>(&probe);
+    Handle mt = native_type<M>();
+    member(t, f.name, offset, mt);
+  });
   return t;
 }
 
@@ -93,19 +120,7 @@ struct SegmentRow {
   char pool[kPoolWidth] = {};
 };
 
-inline Handle segment_type() {
-  Handle t = compound(sizeof(SegmentRow));
-  Handle pool = h5::string_type(kPoolWidth);
-  member(t, "addr", offsetof(SegmentRow, addr), H5T_NATIVE_UINT64);
-  member(t, "size", offsetof(SegmentRow, size), H5T_NATIVE_UINT64);
-  member(t, "stream", offsetof(SegmentRow, stream), H5T_NATIVE_UINT64);
-  member(t, "first_block", offsetof(SegmentRow, first_block), H5T_NATIVE_UINT64);
-  member(t, "n_blocks", offsetof(SegmentRow, n_blocks), H5T_NATIVE_UINT32);
-  member(t, "device", offsetof(SegmentRow, device), H5T_NATIVE_INT16);
-  member(t, "pool", offsetof(SegmentRow, pool), pool);
-  return t;
-}
-
+/// blocks: memsnap::Block in the store's member order.
 struct BlockRow {
   std::uint64_t addr = 0;
   std::uint64_t size = 0;
@@ -114,183 +129,176 @@ struct BlockRow {
   std::uint8_t state = 0;
 };
 
-inline Handle block_type() {
-  Handle t = compound(sizeof(BlockRow));
-  member(t, "addr", offsetof(BlockRow, addr), H5T_NATIVE_UINT64);
-  member(t, "size", offsetof(BlockRow, size), H5T_NATIVE_UINT64);
-  member(t, "requested_size", offsetof(BlockRow, requested_size), H5T_NATIVE_UINT64);
-  member(t, "stack_id", offsetof(BlockRow, stack_id), H5T_NATIVE_UINT32);
-  member(t, "state", offsetof(BlockRow, state), H5T_NATIVE_UINT8);
-  return t;
-}
+}  // namespace memsnap::layout
 
-// --- index tables: rows laid out at run time ---------------------------------------------------
+namespace memsnap {
+template <>
+struct Fields<layout::SegmentRow> {
+  static constexpr auto list = std::tuple{
+      field("addr", &layout::SegmentRow::addr),           field("size", &layout::SegmentRow::size),
+      field("stream", &layout::SegmentRow::stream),       field("first_block", &layout::SegmentRow::first_block),
+      field("n_blocks", &layout::SegmentRow::n_blocks),   field("device", &layout::SegmentRow::device),
+      field("pool", &layout::SegmentRow::pool)};
+};
+template <>
+struct Fields<layout::BlockRow> {
+  static constexpr auto list = std::tuple{
+      field("addr", &layout::BlockRow::addr), field("size", &layout::BlockRow::size),
+      field("requested_size", &layout::BlockRow::requested_size), field("stack_id", &layout::BlockRow::stack_id),
+      field("state", &layout::BlockRow::state)};
+};
+}  // namespace memsnap
 
-/// A packed compound row built column by column; string columns get the width asked for.
+namespace memsnap::layout {
+
+// --- index tables: packed rows whose string columns are as wide as the longest value ----------
+
+/// A packed compound row built column by column.
 class RowLayout {
  public:
-  void add(const std::string& name, hid_t native) {
-    Handle t = h5::type_handle(H5Tcopy(native), "cannot copy a type");
-    push(name, std::move(t), 0);
+  struct Column {
+    std::string name;
+    Handle type;
+    std::size_t offset;
+    std::size_t width;  // string columns: bytes including the NUL; else 0
+  };
+  void add(const std::string& name, Handle type, std::size_t width = 0) {
+    const std::size_t size = H5Tget_size(type);
+    m_index[name] = m_columns.size();
+    m_columns.push_back(Column{name, std::move(type), m_size, width});
+    m_size += size;
   }
-  void add_string(const std::string& name, std::size_t width) {
-    width = std::max<std::size_t>(width, 1);
-    push(name, h5::string_type(width), width);
-  }
-  void add_type(const std::string& name, Handle type) { push(name, std::move(type), 0); }
-
   Handle compound_type() const {
     Handle t = compound(std::max<std::size_t>(m_size, 1));
     for (const auto& c : m_columns) member(t, c.name.c_str(), c.offset, c.type);
     return t;
   }
   std::size_t size() const { return m_size; }
-  std::size_t offset(const std::string& name) const { return column(name).offset; }
-  std::size_t width(const std::string& name) const { return column(name).width; }
+  /// The column, or nullptr when this layout leaves it out (an older store's).
+  const Column* find(const std::string& name) const {
+    const auto it = m_index.find(name);
+    return it == m_index.end() ? nullptr : &m_columns[it->second];
+  }
 
  private:
-  struct Column {
-    std::string name;
-    Handle type;
-    std::size_t offset;
-    std::size_t width;
-  };
-  void push(const std::string& name, Handle type, std::size_t width) {
-    const std::size_t size = H5Tget_size(type);
-    m_index[name] = m_columns.size();
-    m_columns.push_back(Column{name, std::move(type), m_size, width});
-    m_size += size;
-  }
-  const Column& column(const std::string& name) const { return m_columns.at(m_index.at(name)); }
   std::vector<Column> m_columns;
   std::map<std::string, std::size_t> m_index;
   std::size_t m_size = 0;
 };
 
-/// Rows in a byte buffer addressed through a RowLayout.
-class Rows {
- public:
-  Rows(const RowLayout& layout, std::size_t n) : m_layout(layout), m_bytes(layout.size() * n, '\0'), m_n(n) {}
-  Rows(const RowLayout& layout, std::vector<char> bytes)
-      : m_layout(layout), m_bytes(std::move(bytes)), m_n(layout.size() ? m_bytes.size() / layout.size() : 0) {}
-
-  template <class T>
-  void put(std::size_t row, const char* col, T v) {
-    std::memcpy(at(row, col), &v, sizeof v);
-  }
-  void put_string(std::size_t row, const char* col, const std::string& s) {
-    const std::size_t w = m_layout.width(col);
-    const std::size_t n = std::min(s.size(), w - 1);  // NUL-terminated; widths fit the longest value
-    std::memcpy(at(row, col), s.data(), n);
-  }
-  template <class T>
-  T get(std::size_t row, const char* col) const {
-    T v;
-    std::memcpy(&v, at(row, col), sizeof v);
-    return v;
-  }
-  std::string get_string(std::size_t row, const char* col) const {
-    const char* p = at(row, col);
-    return std::string(p, strnlen(p, m_layout.width(col)));
-  }
-  std::size_t count() const { return m_n; }
-  char* data() { return m_bytes.data(); }
-  const char* data() const { return m_bytes.data(); }
-
- private:
-  char* at(std::size_t row, const char* col) { return m_bytes.data() + row * m_layout.size() + m_layout.offset(col); }
-  const char* at(std::size_t row, const char* col) const {
-    return m_bytes.data() + row * m_layout.size() + m_layout.offset(col);
-  }
-  const RowLayout& m_layout;
-  std::vector<char> m_bytes;
-  std::size_t m_n;
-};
-
-/// The width of string member `name` of a file's compound type, or `fallback` when absent.
-inline std::size_t member_string_width(hid_t compound_type, const char* name, std::size_t fallback) {
-  const int i = H5Tget_member_index(compound_type, name);
-  if (i < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return fallback;
-  }
-  Handle t = h5::type_handle(H5Tget_member_type(compound_type, static_cast<unsigned>(i)), "cannot read a member type");
-  return H5Tget_size(t) + 1;  // room for the NUL the memory type adds
+/// Calls f(column_name, value) for every stored column of a row of S (std::array fields give
+/// one column per element); `value` is a reference into `row`.
+template <class S, class Row, class F>
+void for_each_column(Row& row, F&& f) {
+  for_each_field<S>([&](const auto& field) {
+    if (!field.stored) return;
+    auto& v = row.*field.member;
+    using M = std::decay_t<decltype(v)>;
+    if constexpr (IsStdArray<M>::value) {
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        f(field.element_name ? field.element_name(static_cast<int>(i)) : field.name + std::to_string(i), v[i], field.since);
+      }
+    } else {
+      f(std::string(field.name), v, field.since);
+    }
+  });
 }
 
-inline std::string category_column(int c) { return std::string(category_name(static_cast<Category>(c))) + "_at_peak"; }
-
-/// /summary's columns. Widths (including the NUL) are those of host, device, status and
-/// batch_method; method_w 0 leaves out batch_method and batch_confidence (stores written before
-/// they existed).
-inline RowLayout summary_layout(std::size_t host_w, std::size_t device_w, std::size_t status_w, std::size_t method_w) {
+/// The layout of S's table. string_width(name): a string column's width with its NUL;
+/// present(name): whether a column added after format 1 is there.
+template <class S, class Width, class Present>
+RowLayout table_layout(Width&& string_width, Present&& present) {
   RowLayout l;
-  l.add("rank", H5T_NATIVE_INT32);
-  l.add("window", H5T_NATIVE_INT32);
-  l.add("batch_start", H5T_NATIVE_INT64);
-  l.add("batch_end", H5T_NATIVE_INT64);
-  l.add_string("host", host_w);
-  l.add_string("device", device_w);
-  l.add("n_events", H5T_NATIVE_UINT64);
-  l.add("dropped", H5T_NATIVE_UINT64);
-  l.add("peak_allocated", H5T_NATIVE_UINT64);
-  l.add("peak_allocated_time_ns", H5T_NATIVE_INT64);
-  l.add("peak_reserved", H5T_NATIVE_UINT64);
-  l.add("peak_reserved_time_ns", H5T_NATIVE_INT64);
-  l.add("live_at_open", H5T_NATIVE_UINT64);
-  l.add("live_at_close", H5T_NATIVE_UINT64);
-  l.add("reserved_at_open", H5T_NATIVE_UINT64);
-  l.add("reserved_at_close", H5T_NATIVE_UINT64);
-  l.add("persistent", H5T_NATIVE_UINT64);
-  l.add("fragmentation_at_peak", H5T_NATIVE_UINT64);
-  l.add("oom", H5T_NATIVE_UINT8);
-  l.add("oom_requested", H5T_NATIVE_UINT64);
-  l.add_string("status", status_w);
-  for (int c = 0; c < kCategoryCount; ++c) l.add(category_column(c), H5T_NATIVE_UINT64);
-  if (method_w > 0) {
-    l.add_string("batch_method", method_w);
-    l.add("batch_confidence", H5T_NATIVE_DOUBLE);
-  }
+  const S probe{};
+  for_each_column<S>(probe, [&](const std::string& name, const auto& v, int since) {
+    using M = std::decay_t<decltype(v)>;
+    if (since > 0 && !present(name)) return;
+    if constexpr (std::is_same_v<M, std::string>) {
+      const std::size_t w = std::max<std::size_t>(string_width(name), 1);
+      l.add(name, h5::string_type(w), w);
+    } else {
+      l.add(name, native_type<M>());
+    }
+  });
   return l;
 }
 
-/// /ranks' columns.
-struct RankWidths {
-  std::size_t status = 1, detail = 1, host = 1, device = 1, source = 1, data_file = 1, spill = 1;
-};
-
-inline RowLayout ranks_layout(const RankWidths& w) {
-  RowLayout l;
-  l.add("rank", H5T_NATIVE_INT32);
-  l.add_string("status", w.status);
-  l.add_string("host", w.host);
-  l.add_string("device", w.device);
-  l.add("pid", H5T_NATIVE_INT64);
-  l.add("local_rank", H5T_NATIVE_INT32);
-  l.add("node_rank", H5T_NATIVE_INT32);
-  l.add("local_world_size", H5T_NATIVE_INT32);
-  l.add_string("source", w.source);
-  l.add("n_windows", H5T_NATIVE_UINT32);
-  l.add_string("data_file", w.data_file);
-  l.add_string("spill", w.spill);
-  l.add_string("status_detail", w.detail);
-  return l;
+/// The writer's layout for `rows`: every column, strings as wide as the longest value.
+template <class S>
+RowLayout layout_of_rows(const std::vector<S>& rows) {
+  std::map<std::string, std::size_t> widths;
+  for (const S& r : rows) {
+    for_each_column<S>(r, [&](const std::string& name, const auto& v, int) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) {
+        widths[name] = std::max(widths[name], v.size() + 1);
+      }
+    });
+  }
+  return table_layout<S>([&](const std::string& name) { return widths[name]; }, [](const std::string&) { return true; });
 }
 
-/// /sites' columns.
-inline RowLayout sites_layout() {
-  RowLayout l;
-  l.add("rank", H5T_NATIVE_INT32);
-  l.add("window", H5T_NATIVE_INT32);
-  l.add("batch", H5T_NATIVE_INT64);
-  l.add("site_id", H5T_NATIVE_UINT32);
-  l.add_type("category", category_type());
-  l.add("bytes_at_peak", H5T_NATIVE_UINT64);
-  l.add("count", H5T_NATIVE_UINT64);
-  l.add("bytes_allocated", H5T_NATIVE_UINT64);
-  l.add("allocations", H5T_NATIVE_UINT64);
-  l.add("stack_id", H5T_NATIVE_UINT32);
-  return l;
+/// The reader's layout for a file's row type: its string widths, its optional columns.
+template <class S>
+RowLayout layout_of_file(hid_t file_type) {
+  auto width = [&](const std::string& name) -> std::size_t {
+    const int i = H5Tget_member_index(file_type, name.c_str());
+    if (i < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return 1;
+    }
+    Handle t = h5::type_handle(H5Tget_member_type(file_type, static_cast<unsigned>(i)), "cannot read a member type");
+    return H5Tget_size(t) + 1;  // room for the NUL the memory type adds
+  };
+  auto present = [&](const std::string& name) {
+    const bool found = H5Tget_member_index(file_type, name.c_str()) >= 0;
+    if (!found) H5Eclear2(H5E_DEFAULT);
+    return found;
+  };
+  return table_layout<S>(width, present);
+}
+
+/// Rows packed into bytes laid out by `l`.
+template <class S>
+std::vector<char> pack(const RowLayout& l, const std::vector<S>& rows) {
+  std::vector<char> bytes(l.size() * rows.size(), '\0');
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    char* row = bytes.data() + i * l.size();
+    for_each_column<S>(rows[i], [&](const std::string& name, const auto& v, int) {
+      using M = std::decay_t<decltype(v)>;
+      const RowLayout::Column* c = l.find(name);
+      if (c == nullptr) return;
+      if constexpr (std::is_same_v<M, std::string>) {
+        std::memcpy(row + c->offset, v.data(), std::min(v.size(), c->width - 1));  // NUL-terminated
+      } else if constexpr (std::is_same_v<M, bool>) {
+        row[c->offset] = v ? 1 : 0;
+      } else {
+        std::memcpy(row + c->offset, &v, sizeof v);
+      }
+    });
+  }
+  return bytes;
+}
+
+/// Rows unpacked from bytes laid out by `l`; columns it leaves out keep S's defaults.
+template <class S>
+std::vector<S> unpack(const RowLayout& l, const std::vector<char>& bytes) {
+  std::vector<S> rows(l.size() ? bytes.size() / l.size() : 0);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const char* row = bytes.data() + i * l.size();
+    for_each_column<S>(rows[i], [&](const std::string& name, auto& v, int) {
+      using M = std::decay_t<decltype(v)>;
+      const RowLayout::Column* c = l.find(name);
+      if (c == nullptr) return;
+      if constexpr (std::is_same_v<M, std::string>) {
+        v.assign(row + c->offset, strnlen(row + c->offset, c->width));
+      } else if constexpr (std::is_same_v<M, bool>) {
+        v = row[c->offset] != 0;
+      } else {
+        std::memcpy(static_cast<void*>(&v), row + c->offset, sizeof v);
+      }
+    });
+  }
+  return rows;
 }
 
 /// Packs strings into one byte blob plus n+1 offsets.

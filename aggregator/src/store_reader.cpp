@@ -12,15 +12,26 @@ namespace memsnap {
 namespace {
 using h5::Handle;
 
-// Rows of an index table, read with a memory layout whose string widths follow the file's.
-std::vector<char> read_table(hid_t file, const char* name, const layout::RowLayout& l, const std::string& c) {
+/// A bulk dataset of records whose compound type comes from their field table.
+template <class T>
+std::vector<T> read_records(hid_t loc, const char* name, const std::string& context) {
+  Handle t = layout::compound_type<T>();
+  return h5::read_vector<T>(loc, name, t, context);
+}
+
+// Rows of an index table, unpacked by their field table from a memory layout whose string
+// widths and optional columns follow the file's.
+template <class S>
+std::vector<S> read_table(hid_t file, const char* name, const std::string& c) {
   const std::string what = c + ": cannot read /" + name;
   Handle ds = h5::dataset_handle(H5Dopen2(file, name, H5P_DEFAULT), what);
   const std::size_t n = h5::array_size(ds, what);
+  Handle ft = h5::type_handle(H5Dget_type(ds), what);
+  if (H5Tget_class(ft) != H5T_COMPOUND) throw StoreError(what + ": not a memsnap table (its row type differs)");
+  const layout::RowLayout l = layout::layout_of_file<S>(ft.get());
   Handle t = l.compound_type();
   // The file's row type must be memsnap's: the same fields, of the same classes, inside the row.
   // HDF5's own conversion of a damaged compound type can read out of bounds.
-  Handle ft = h5::type_handle(H5Dget_type(ds), what);
   const int members = H5Tget_nmembers(t);
   if (H5Tget_class(ft) != H5T_COMPOUND || H5Tget_nmembers(ft) != members) {
     throw StoreError(what + ": not a memsnap table (its row type differs)");
@@ -45,12 +56,7 @@ std::vector<char> read_table(hid_t file, const char* name, const layout::RowLayo
   }
   std::vector<char> bytes(n * l.size());
   if (n > 0) h5::check_status(H5Dread(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), what);
-  return bytes;
-}
-
-Handle file_type_of(hid_t file, const char* name, const std::string& c) {
-  Handle ds = h5::dataset_handle(H5Dopen2(file, name, H5P_DEFAULT), c + ": cannot open /" + name);
-  return h5::type_handle(H5Dget_type(ds), c + ": /" + name);
+  return layout::unpack<S>(l, bytes);
 }
 
 std::vector<std::string> read_strings(hid_t loc, const std::string& prefix, const std::string& c) {
@@ -92,16 +98,11 @@ WindowRecord read_window_group(hid_t g, const std::string& c) {
     const auto extras = h5::read_vector<std::uint8_t>(g, "source_extras", H5T_NATIVE_UINT8, c);
     w.source_extras.assign(extras.begin(), extras.end());
   }
-  Handle et = layout::event_type();
-  w.events = h5::read_vector<Event>(g, "events", et, c);
-  Handle lt = layout::live_type();
-  w.live_at_start = h5::read_vector<LiveAlloc>(g, "live_at_start", lt, c);
-  Handle bt = layout::batch_type();
-  w.batches = h5::read_vector<BatchMark>(g, "batches", bt, c);
-  Handle st = layout::segment_type();
-  auto segs = h5::read_vector<layout::SegmentRow>(g, "segments", st, c);
-  Handle kt = layout::block_type();
-  auto blocks = h5::read_vector<layout::BlockRow>(g, "blocks", kt, c);
+  w.events = read_records<Event>(g, "events", c);
+  w.live_at_start = read_records<LiveAlloc>(g, "live_at_start", c);
+  w.batches = read_records<BatchMark>(g, "batches", c);
+  const auto segs = read_records<layout::SegmentRow>(g, "segments", c);
+  const auto blocks = read_records<layout::BlockRow>(g, "blocks", c);
   for (const auto& r : segs) {
     Segment s;
     s.addr = r.addr;
@@ -183,105 +184,25 @@ const std::filesystem::path& StoreReader::path() const { return m_impl->path; }
 
 std::vector<RankInfo> StoreReader::ranks() const {
   h5::QuietErrors quiet;
-  const auto& c = m_impl->c;
-  Handle ft = file_type_of(m_impl->file, "ranks", c);
-  layout::RankWidths w;
-  w.status = layout::member_string_width(ft, "status", 1);
-  w.detail = layout::member_string_width(ft, "status_detail", 1);
-  w.host = layout::member_string_width(ft, "host", 1);
-  w.device = layout::member_string_width(ft, "device", 1);
-  w.source = layout::member_string_width(ft, "source", 1);
-  w.data_file = layout::member_string_width(ft, "data_file", 1);
-  w.spill = layout::member_string_width(ft, "spill", 1);
-  const layout::RowLayout l = layout::ranks_layout(w);
-  layout::Rows rows(l, read_table(m_impl->file, "ranks", l, c));
-  std::vector<RankInfo> out(rows.count());
-  for (std::size_t i = 0; i < rows.count(); ++i) {
-    auto& r = out[i];
-    r.rank = rows.get<std::int32_t>(i, "rank");
-    r.status = rows.get_string(i, "status");
-    r.host = rows.get_string(i, "host");
-    r.device = rows.get_string(i, "device");
-    r.pid = rows.get<std::int64_t>(i, "pid");
-    r.local_rank = rows.get<std::int32_t>(i, "local_rank");
-    r.node_rank = rows.get<std::int32_t>(i, "node_rank");
-    r.local_world_size = rows.get<std::int32_t>(i, "local_world_size");
-    r.source = rows.get_string(i, "source");
-    r.n_windows = rows.get<std::uint32_t>(i, "n_windows");
-    r.data_file = rows.get_string(i, "data_file");
-    r.spill = rows.get_string(i, "spill");
-    r.status_detail = rows.get_string(i, "status_detail");
-  }
-  return out;
+  return read_table<RankInfo>(m_impl->file, "ranks", m_impl->c);
 }
 
 std::vector<SummaryRow> StoreReader::summary() const {
   h5::QuietErrors quiet;
-  const auto& c = m_impl->c;
-  Handle ft = file_type_of(m_impl->file, "summary", c);
-  // batch_method and batch_confidence are absent from stores written before they existed.
-  const bool has_method = H5Tget_member_index(ft, "batch_method") >= 0;
-  if (!has_method) H5Eclear2(H5E_DEFAULT);
-  const layout::RowLayout l =
-      layout::summary_layout(layout::member_string_width(ft, "host", 1), layout::member_string_width(ft, "device", 1),
-                             layout::member_string_width(ft, "status", 1),
-                             has_method ? layout::member_string_width(ft, "batch_method", 1) : 0);
-  layout::Rows rows(l, read_table(m_impl->file, "summary", l, c));
-  std::vector<SummaryRow> out(rows.count());
-  for (std::size_t i = 0; i < rows.count(); ++i) {
-    auto& r = out[i];
-    r.rank = rows.get<std::int32_t>(i, "rank");
-    r.window = rows.get<std::int32_t>(i, "window");
-    r.batch_start = rows.get<std::int64_t>(i, "batch_start");
-    r.batch_end = rows.get<std::int64_t>(i, "batch_end");
-    r.host = rows.get_string(i, "host");
-    r.device = rows.get_string(i, "device");
-    r.n_events = rows.get<std::uint64_t>(i, "n_events");
-    r.dropped = rows.get<std::uint64_t>(i, "dropped");
-    r.peak_allocated = rows.get<std::uint64_t>(i, "peak_allocated");
-    r.peak_allocated_time_ns = rows.get<std::int64_t>(i, "peak_allocated_time_ns");
-    r.peak_reserved = rows.get<std::uint64_t>(i, "peak_reserved");
-    r.peak_reserved_time_ns = rows.get<std::int64_t>(i, "peak_reserved_time_ns");
-    r.live_at_open = rows.get<std::uint64_t>(i, "live_at_open");
-    r.live_at_close = rows.get<std::uint64_t>(i, "live_at_close");
-    r.reserved_at_open = rows.get<std::uint64_t>(i, "reserved_at_open");
-    r.reserved_at_close = rows.get<std::uint64_t>(i, "reserved_at_close");
-    r.persistent = rows.get<std::uint64_t>(i, "persistent");
-    r.fragmentation_at_peak = rows.get<std::uint64_t>(i, "fragmentation_at_peak");
-    r.oom = rows.get<std::uint8_t>(i, "oom") != 0;
-    r.oom_requested = rows.get<std::uint64_t>(i, "oom_requested");
-    r.status = rows.get_string(i, "status");
-    for (int k = 0; k < kCategoryCount; ++k) r.category_bytes[k] = rows.get<std::uint64_t>(i, layout::category_column(k).c_str());
-    if (has_method) {
-      r.batch_method = rows.get_string(i, "batch_method");
-      r.batch_confidence = rows.get<double>(i, "batch_confidence");
-    }
-  }
-  return out;
+  // batch_method and batch_confidence are absent from stores written before they existed: the
+  // rows keep SummaryRow's defaults ("recorded", 1.0).
+  return read_table<SummaryRow>(m_impl->file, "summary", m_impl->c);
 }
 
 std::vector<SiteRow> StoreReader::sites() const {
   h5::QuietErrors quiet;
   const auto& c = m_impl->c;
-  const layout::RowLayout l = layout::sites_layout();
-  layout::Rows rows(l, read_table(m_impl->file, "sites", l, c));
+  std::vector<SiteRow> out = read_table<SiteRow>(m_impl->file, "sites", c);
   Handle g = h5::group_handle(H5Gopen2(m_impl->file, "site_names", H5P_DEFAULT), c + ": cannot open /site_names");
   const auto names = read_strings(g, "", c + ": /site_names");
-  std::vector<SiteRow> out(rows.count());
-  for (std::size_t i = 0; i < rows.count(); ++i) {
-    auto& s = out[i];
-    s.rank = rows.get<std::int32_t>(i, "rank");
-    s.window = rows.get<std::int32_t>(i, "window");
-    s.batch = rows.get<std::int64_t>(i, "batch");
-    s.site_id = rows.get<std::uint32_t>(i, "site_id");
+  for (auto& s : out) {
     if (s.site_id >= names.size()) throw StoreError(c + ": /sites names site " + std::to_string(s.site_id) + " beyond /site_names");
     s.site = names[s.site_id];
-    s.category = static_cast<Category>(rows.get<std::uint8_t>(i, "category"));
-    s.bytes_at_peak = rows.get<std::uint64_t>(i, "bytes_at_peak");
-    s.count = rows.get<std::uint64_t>(i, "count");
-    s.bytes_allocated = rows.get<std::uint64_t>(i, "bytes_allocated");
-    s.allocations = rows.get<std::uint64_t>(i, "allocations");
-    s.stack_id = rows.get<std::uint32_t>(i, "stack_id");
   }
   return out;
 }

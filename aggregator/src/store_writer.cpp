@@ -40,13 +40,30 @@ Handle create_group(hid_t loc, const std::string& name, const std::string& conte
                           context + ": cannot create group " + name);
 }
 
-void write_strings(hid_t loc, const std::string& prefix, const std::vector<std::string>& strings, int deflate,
+void write_strings(hid_t loc, const std::string& prefix, const std::vector<std::string>& strings, h5::Compression deflate,
                    const std::string& context) {
   std::vector<std::uint8_t> blob;
   std::vector<std::uint64_t> offsets;
   layout::pack_strings(strings, blob, offsets);
   h5::write_vector(loc, (prefix + "blob").c_str(), H5T_NATIVE_UINT8, blob, deflate, context);
   h5::write_vector(loc, (prefix + "offsets").c_str(), H5T_NATIVE_UINT64, offsets, deflate, context);
+}
+
+/// A bulk dataset of records whose compound type comes from their field table.
+template <class T>
+void write_records(hid_t loc, const char* name, const std::vector<T>& records, h5::Compression deflate,
+                   const std::string& context) {
+  Handle t = layout::compound_type<T>();
+  h5::write_vector(loc, name, t, records, deflate, context);
+}
+
+/// An index table: rows packed by their field table, strings as wide as the longest value.
+template <class S>
+void write_table(hid_t loc, const char* name, const std::vector<S>& rows, int deflate, const std::string& context) {
+  const layout::RowLayout l = layout::layout_of_rows(rows);
+  const std::vector<char> bytes = layout::pack(l, rows);
+  Handle t = l.compound_type();
+  h5::write_array(loc, name, t, bytes.data(), rows.size(), deflate, context);
 }
 
 void write_rank_attrs(hid_t loc, const RankRecord& record, const RankInfo& info, const std::string& c) {
@@ -80,8 +97,11 @@ std::string clip_utf8(const std::string& s, std::size_t max) {
   return s.substr(0, n);
 }
 
-void write_window(hid_t batches_group, const WindowRecord& w, int index, const StoreWriteOptions& o,
+h5::Compression compression(const StoreWriteOptions& o) { return {o.deflate, o.threads}; }
+
+void write_window(hid_t batches_group, const WindowRecord& w, int index, const StoreWriteOptions& options,
                   const std::string& context) {
+  const h5::Compression o = compression(options);
   const std::string name = std::to_string(w.batch_end);
   const std::string c = context + ": /batch/" + name;
   Handle g = create_group(batches_group, name, context);
@@ -98,12 +118,9 @@ void write_window(hid_t batches_group, const WindowRecord& w, int index, const S
   h5::write_attr(g, "batch_confidence", w.batch_confidence, c);
   h5::write_attr(g, "batch_detail", clip_utf8(w.batch_detail, kMaxDetailBytes), c);
 
-  Handle et = layout::event_type();
-  h5::write_vector(g, "events", et, w.events, o.deflate, c);
-  Handle lt = layout::live_type();
-  h5::write_vector(g, "live_at_start", lt, w.live_at_start, o.deflate, c);
-  Handle bt = layout::batch_type();
-  h5::write_vector(g, "batches", bt, w.batches, 0, c);
+  write_records(g, "events", w.events, o, c);
+  write_records(g, "live_at_start", w.live_at_start, o, c);
+  write_records(g, "batches", w.batches, 0, c);
 
   std::vector<layout::SegmentRow> segs;
   std::vector<layout::BlockRow> blocks;
@@ -120,12 +137,10 @@ void write_window(hid_t batches_group, const WindowRecord& w, int index, const S
     for (const auto& b : s.blocks) blocks.push_back(layout::BlockRow{b.addr, b.size, b.requested_size, b.stack_id, b.state});
     segs.push_back(r);
   }
-  Handle st = layout::segment_type();
-  h5::write_vector(g, "segments", st, segs, o.deflate, c);
-  Handle kt = layout::block_type();
-  h5::write_vector(g, "blocks", kt, blocks, o.deflate, c);
+  write_records(g, "segments", segs, o, c);
+  write_records(g, "blocks", blocks, o, c);
   const std::vector<std::uint8_t> extras(w.source_extras.begin(), w.source_extras.end());
-  h5::write_vector(g, "source_extras", H5T_NATIVE_UINT8, extras, o.deflate, c);
+  h5::write_vector(g, "source_extras", H5T_NATIVE_UINT8, extras, o, c);
   g.close(c + ": cannot close");
 }
 
@@ -188,9 +203,9 @@ void write_rank_file(const std::filesystem::path& path, const RankRecord& record
       files.push_back(f.file);
       lines.push_back(f.line);
     }
-    write_strings(frames, "names_", names, options.deflate, c + ": /frames");
-    write_strings(frames, "files_", files, options.deflate, c + ": /frames");
-    h5::write_vector(frames, "lines", H5T_NATIVE_UINT32, lines, options.deflate, c + ": /frames");
+    write_strings(frames, "names_", names, compression(options), c + ": /frames");
+    write_strings(frames, "files_", files, compression(options), c + ": /frames");
+    h5::write_vector(frames, "lines", H5T_NATIVE_UINT32, lines, compression(options), c + ": /frames");
   }
   {
     Handle stacks = create_group(file, "stacks", c);
@@ -201,8 +216,8 @@ void write_rank_file(const std::filesystem::path& path, const RankRecord& record
       ids.insert(ids.end(), s.begin(), s.end());
       offsets.push_back(ids.size());
     }
-    h5::write_vector(stacks, "offsets", H5T_NATIVE_UINT64, offsets, options.deflate, c + ": /stacks");
-    h5::write_vector(stacks, "frame_ids", H5T_NATIVE_UINT32, ids, options.deflate, c + ": /stacks");
+    h5::write_vector(stacks, "offsets", H5T_NATIVE_UINT64, offsets, compression(options), c + ": /stacks");
+    h5::write_vector(stacks, "frame_ids", H5T_NATIVE_UINT32, ids, compression(options), c + ": /stacks");
   }
   {
     Handle batches = create_group(file, "batch", c);
@@ -231,81 +246,8 @@ void write_root_file(const std::filesystem::path& path, const StoreIndex& index)
   h5::write_attr(file, "tool_version", index.tool_version.empty() ? std::string(kVersion) : index.tool_version, c);
   h5::write_attr(file, "config", index.config_json, c);
 
-  // /ranks
-  {
-    layout::RankWidths w;
-    for (const auto& r : index.ranks) {
-      w.status = std::max(w.status, r.status.size() + 1);
-      w.detail = std::max(w.detail, r.status_detail.size() + 1);
-      w.host = std::max(w.host, r.host.size() + 1);
-      w.device = std::max(w.device, r.device.size() + 1);
-      w.source = std::max(w.source, r.source.size() + 1);
-      w.data_file = std::max(w.data_file, r.data_file.size() + 1);
-      w.spill = std::max(w.spill, r.spill.size() + 1);
-    }
-    const layout::RowLayout l = layout::ranks_layout(w);
-    layout::Rows rows(l, index.ranks.size());
-    for (std::size_t i = 0; i < index.ranks.size(); ++i) {
-      const auto& r = index.ranks[i];
-      rows.put<std::int32_t>(i, "rank", r.rank);
-      rows.put_string(i, "status", r.status);
-      rows.put_string(i, "host", r.host);
-      rows.put_string(i, "device", r.device);
-      rows.put<std::int64_t>(i, "pid", r.pid);
-      rows.put<std::int32_t>(i, "local_rank", r.local_rank);
-      rows.put<std::int32_t>(i, "node_rank", r.node_rank);
-      rows.put<std::int32_t>(i, "local_world_size", r.local_world_size);
-      rows.put_string(i, "source", r.source);
-      rows.put<std::uint32_t>(i, "n_windows", r.n_windows);
-      rows.put_string(i, "data_file", r.data_file);
-      rows.put_string(i, "spill", r.spill);
-      rows.put_string(i, "status_detail", r.status_detail);
-    }
-    Handle t = l.compound_type();
-    h5::write_array(file, "ranks", t, rows.data(), rows.count(), 0, c);
-  }
-
-  // /summary
-  {
-    std::size_t hw = 1, dw = 1, sw = 1, mw = 1;
-    for (const auto& r : index.rows) {
-      hw = std::max(hw, r.host.size() + 1);
-      dw = std::max(dw, r.device.size() + 1);
-      sw = std::max(sw, r.status.size() + 1);
-      mw = std::max(mw, r.batch_method.size() + 1);
-    }
-    const layout::RowLayout l = layout::summary_layout(hw, dw, sw, mw);
-    layout::Rows rows(l, index.rows.size());
-    for (std::size_t i = 0; i < index.rows.size(); ++i) {
-      const auto& r = index.rows[i];
-      rows.put<std::int32_t>(i, "rank", r.rank);
-      rows.put<std::int32_t>(i, "window", r.window);
-      rows.put<std::int64_t>(i, "batch_start", r.batch_start);
-      rows.put<std::int64_t>(i, "batch_end", r.batch_end);
-      rows.put_string(i, "host", r.host);
-      rows.put_string(i, "device", r.device);
-      rows.put<std::uint64_t>(i, "n_events", r.n_events);
-      rows.put<std::uint64_t>(i, "dropped", r.dropped);
-      rows.put<std::uint64_t>(i, "peak_allocated", r.peak_allocated);
-      rows.put<std::int64_t>(i, "peak_allocated_time_ns", r.peak_allocated_time_ns);
-      rows.put<std::uint64_t>(i, "peak_reserved", r.peak_reserved);
-      rows.put<std::int64_t>(i, "peak_reserved_time_ns", r.peak_reserved_time_ns);
-      rows.put<std::uint64_t>(i, "live_at_open", r.live_at_open);
-      rows.put<std::uint64_t>(i, "live_at_close", r.live_at_close);
-      rows.put<std::uint64_t>(i, "reserved_at_open", r.reserved_at_open);
-      rows.put<std::uint64_t>(i, "reserved_at_close", r.reserved_at_close);
-      rows.put<std::uint64_t>(i, "persistent", r.persistent);
-      rows.put<std::uint64_t>(i, "fragmentation_at_peak", r.fragmentation_at_peak);
-      rows.put<std::uint8_t>(i, "oom", r.oom ? 1 : 0);
-      rows.put<std::uint64_t>(i, "oom_requested", r.oom_requested);
-      rows.put_string(i, "status", r.status);
-      for (int k = 0; k < kCategoryCount; ++k) rows.put<std::uint64_t>(i, layout::category_column(k).c_str(), r.category_bytes[k]);
-      rows.put_string(i, "batch_method", r.batch_method);
-      rows.put<double>(i, "batch_confidence", r.batch_confidence);
-    }
-    Handle t = l.compound_type();
-    h5::write_array(file, "summary", t, rows.data(), rows.count(), 1, c);
-  }
+  write_table(file, "ranks", index.ranks, 0, c);
+  write_table(file, "summary", index.rows, 1, c);
 
   // /sites and /site_names: ids are ranks in the sorted set of names, so the same spills give the
   // same ids whatever the number of aggregator ranks.
@@ -318,23 +260,9 @@ void write_root_file(const std::filesystem::path& path, const StoreIndex& index)
     std::unordered_map<std::string, std::uint32_t> ids;
     for (std::size_t i = 0; i < names.size(); ++i) ids.emplace(names[i], static_cast<std::uint32_t>(i));
 
-    const layout::RowLayout l = layout::sites_layout();
-    layout::Rows rows(l, index.sites.size());
-    for (std::size_t i = 0; i < index.sites.size(); ++i) {
-      const auto& s = index.sites[i];
-      rows.put<std::int32_t>(i, "rank", s.rank);
-      rows.put<std::int32_t>(i, "window", s.window);
-      rows.put<std::int64_t>(i, "batch", s.batch);
-      rows.put<std::uint32_t>(i, "site_id", ids.at(s.site));
-      rows.put<std::uint8_t>(i, "category", static_cast<std::uint8_t>(s.category));
-      rows.put<std::uint64_t>(i, "bytes_at_peak", s.bytes_at_peak);
-      rows.put<std::uint64_t>(i, "count", s.count);
-      rows.put<std::uint64_t>(i, "bytes_allocated", s.bytes_allocated);
-      rows.put<std::uint64_t>(i, "allocations", s.allocations);
-      rows.put<std::uint32_t>(i, "stack_id", s.stack_id);
-    }
-    Handle t = l.compound_type();
-    h5::write_array(file, "sites", t, rows.data(), rows.count(), 1, c);
+    std::vector<SiteRow> sites = index.sites;
+    for (auto& s : sites) s.site_id = ids.at(s.site);
+    write_table(file, "sites", sites, 1, c);
     Handle g = create_group(file, "site_names", c);
     write_strings(g, "", names, 1, c + ": /site_names");
   }

@@ -18,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "crc32c.hpp"
+#include "memsnap/codec.hpp"
+#include "memsnap/record_fields.hpp"
 
 namespace memsnap {
 namespace {
@@ -29,72 +31,56 @@ std::span<const char> bytes_of(std::span<const T> items) {
   return {reinterpret_cast<const char*>(items.data()), items.size_bytes()};
 }
 
-// Appends plain values to a payload.
-class Encoder {
- public:
-  template <class T>
-  void put(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    const char* p = reinterpret_cast<const char*>(&v);
-    out_.insert(out_.end(), p, p + sizeof(T));
-  }
-  void str(std::string_view s) {
-    put(static_cast<std::uint32_t>(s.size()));
-    out_.insert(out_.end(), s.begin(), s.end());
-  }
-  template <class T>
-  void array(std::span<const T> items) {
-    const char* p = reinterpret_cast<const char*>(items.data());
-    out_.insert(out_.end(), p, p + items.size_bytes());
-  }
-  std::vector<char>& bytes() { return out_; }
-
- private:
-  std::vector<char> out_;
+// The fixed parts of the small records (spill.hpp draws them); the others are a u32 prefix and
+// one value of the event model, laid out by its table in memsnap/record_fields.hpp.
+struct WindowOpenRecord {
+  std::uint32_t window = 0;
+  std::int64_t batch_start = 0;
+  std::int64_t time_ns = 0;
 };
-
-// Reads plain values from a payload; every read is bounds-checked and throws Short on overrun.
-class Decoder {
- public:
-  struct Short {};
-  explicit Decoder(std::span<const char> in) : in_(in) {}
-  template <class T>
-  T get() {
-    static_assert(std::is_trivially_copyable_v<T>);
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return v;
-  }
-  std::string str() {
-    const auto n = get<std::uint32_t>();
-    need(n);
-    std::string s(in_.data() + pos_, n);
-    pos_ += n;
-    return s;
-  }
-  // n items of T; the count is checked against the bytes left before anything is allocated.
-  template <class T>
-  void array(std::uint32_t n, std::vector<T>& out) {
-    if (n > remaining() / sizeof(T)) throw Short{};
-    if (n == 0) return;  // memcpy may not see a null vector buffer, even for 0 bytes
-    const std::size_t old = out.size();
-    out.resize(old + n);
-    std::memcpy(static_cast<void*>(out.data() + old), in_.data() + pos_, std::size_t{n} * sizeof(T));
-    pos_ += std::size_t{n} * sizeof(T);
-  }
-  std::size_t remaining() const { return in_.size() - pos_; }
-
- private:
-  void need(std::size_t n) const {
-    if (n > remaining()) throw Short{};
-  }
-  std::span<const char> in_;
-  std::size_t pos_ = 0;
+struct BatchRecord {
+  std::uint32_t window = 0;
+  BatchMark mark;
+};
+struct WindowCloseRecord {
+  std::uint32_t window = 0;
+  std::int64_t batch_end = 0;
+  std::int64_t time_ns = 0;
+  bool oom = false;
+  std::uint64_t dropped = 0;
+};
+struct WindowBatchesRecord {
+  std::uint32_t window = 0;
+  std::string method;
+  double confidence = 1.0;
+  std::string detail;
 };
 
 }  // namespace
+
+template <>
+struct Fields<WindowOpenRecord> {
+  static constexpr auto list = std::tuple{field("window", &WindowOpenRecord::window),
+                                          field("batch_start", &WindowOpenRecord::batch_start),
+                                          field("time_ns", &WindowOpenRecord::time_ns)};
+};
+template <>
+struct Fields<BatchRecord> {
+  static constexpr auto list = std::tuple{field("window", &BatchRecord::window), field("mark", &BatchRecord::mark)};
+};
+template <>
+struct Fields<WindowCloseRecord> {
+  static constexpr auto list = std::tuple{
+      field("window", &WindowCloseRecord::window), field("batch_end", &WindowCloseRecord::batch_end),
+      field("time_ns", &WindowCloseRecord::time_ns), field("oom", &WindowCloseRecord::oom),
+      field("dropped", &WindowCloseRecord::dropped)};
+};
+template <>
+struct Fields<WindowBatchesRecord> {
+  static constexpr auto list = std::tuple{
+      field("window", &WindowBatchesRecord::window), field("method", &WindowBatchesRecord::method),
+      field("confidence", &WindowBatchesRecord::confidence), field("detail", &WindowBatchesRecord::detail)};
+};
 
 // ---------------------------------------------------------------------------------------------
 // Writer
@@ -181,114 +167,83 @@ bool SpillWriter::write_record(SpillRecord type, std::initializer_list<std::span
   return true;
 }
 
-bool SpillWriter::write_record(SpillRecord type, const std::vector<char>& payload) {
-  return write_record(type, {std::span<const char>(payload)});
+bool SpillWriter::write_record(SpillRecord type, const ByteWriter& payload) {
+  if (payload.overflowed()) {
+    error_ = "a string or list too long for the spill";
+    return false;
+  }
+  return write_record(type, {std::span<const char>(payload.bytes())});
 }
 
 bool SpillWriter::write_meta(const RankMeta& meta) {
   const std::string text = meta_to_json(meta);
-  return write_record(SpillRecord::meta, std::vector<char>(text.begin(), text.end()));
+  return write_record(SpillRecord::meta, {std::span<const char>(text.data(), text.size())});
 }
 
 bool SpillWriter::write_frames(std::uint32_t first_id, std::span<const Frame> frames) {
-  Encoder e;
+  ByteWriter e;
   e.put(first_id);
-  e.put(static_cast<std::uint32_t>(frames.size()));
-  for (const auto& f : frames) {
-    e.str(f.name);
-    e.str(f.file);
-    e.put(f.line);
-  }
-  return write_record(SpillRecord::frames, e.bytes());
+  e.items(frames);
+  return write_record(SpillRecord::frames, e);
 }
 
 bool SpillWriter::write_stacks(std::uint32_t first_id, std::span<const Stack> stacks) {
-  Encoder e;
+  ByteWriter e;
   e.put(first_id);
-  e.put(static_cast<std::uint32_t>(stacks.size()));
-  for (const auto& s : stacks) {
-    e.put(static_cast<std::uint32_t>(s.size()));
-    e.array(std::span<const std::uint32_t>(s));
-  }
-  return write_record(SpillRecord::stacks, e.bytes());
+  e.items(stacks);
+  return write_record(SpillRecord::stacks, e);
 }
 
 bool SpillWriter::write_window_open(std::uint32_t window, std::int64_t batch_start, std::int64_t time_ns,
                                     std::span<const LiveAlloc> live) {
-  Encoder e;
-  e.put(window);
-  e.put(batch_start);
-  e.put(time_ns);
-  if (!write_record(SpillRecord::window_open, e.bytes())) return false;
-  // Live allocations in chunks that each fit a record.
-  constexpr std::size_t chunk = kMaxRecordPayload / sizeof(LiveAlloc) / 2;
-  for (std::size_t i = 0; i < live.size(); i += chunk) {
-    auto part = live.subspan(i, std::min(chunk, live.size() - i));
-    const std::uint32_t prefix[2] = {window, static_cast<std::uint32_t>(part.size())};
-    if (!write_record(SpillRecord::live, {bytes_of(std::span<const std::uint32_t>(prefix)), bytes_of(part)})) return false;
-  }
-  return true;
+  ByteWriter e;
+  e.value(WindowOpenRecord{window, batch_start, time_ns});
+  if (!write_record(SpillRecord::window_open, e)) return false;
+  return write_chunked(SpillRecord::live, window, live);
 }
 
 bool SpillWriter::write_events(std::uint32_t window, std::span<const Event> events) {
-  constexpr std::size_t chunk = kMaxRecordPayload / sizeof(Event) / 2;
-  for (std::size_t i = 0; i < events.size(); i += chunk) {
-    auto part = events.subspan(i, std::min(chunk, events.size() - i));
+  return write_chunked(SpillRecord::events, window, events);
+}
+
+template <class T>
+bool SpillWriter::write_chunked(SpillRecord type, std::uint32_t window, std::span<const T> items) {
+  // Raw arrays in chunks that each fit a record, written from the caller's memory (no copy).
+  static_assert(kWireAsBytes<T>);
+  constexpr std::size_t chunk = kMaxRecordPayload / sizeof(T) / 2;
+  for (std::size_t i = 0; i < items.size(); i += chunk) {
+    auto part = items.subspan(i, std::min(chunk, items.size() - i));
     const std::uint32_t prefix[2] = {window, static_cast<std::uint32_t>(part.size())};
-    if (!write_record(SpillRecord::events, {bytes_of(std::span<const std::uint32_t>(prefix)), bytes_of(part)})) return false;
+    if (!write_record(type, {bytes_of(std::span<const std::uint32_t>(prefix)), bytes_of(part)})) return false;
   }
   return true;
 }
 
 bool SpillWriter::write_batch(std::uint32_t window, const BatchMark& mark) {
-  Encoder e;
-  e.put(window);
-  e.put(mark.batch);
-  e.put(mark.time_ns);
-  return write_record(SpillRecord::batch, e.bytes());
+  ByteWriter e;
+  e.value(BatchRecord{window, mark});
+  return write_record(SpillRecord::batch, e);
 }
 
 bool SpillWriter::write_segments(std::uint32_t window, std::span<const Segment> segments) {
-  Encoder e;
+  ByteWriter e;
   e.put(window);
-  e.put(static_cast<std::uint32_t>(segments.size()));
-  for (const auto& s : segments) {
-    e.put(s.addr);
-    e.put(s.size);
-    e.put(s.stream);
-    e.put(s.device);
-    e.str(s.pool);
-    e.put(static_cast<std::uint32_t>(s.blocks.size()));
-    for (const auto& b : s.blocks) {
-      e.put(b.addr);
-      e.put(b.size);
-      e.put(b.requested_size);
-      e.put(b.state);
-      e.put(b.stack_id);
-    }
-  }
-  return write_record(SpillRecord::segments, e.bytes());
+  e.items(segments);
+  return write_record(SpillRecord::segments, e);
 }
 
 bool SpillWriter::write_window_close(std::uint32_t window, std::int64_t batch_end, std::int64_t time_ns,
                                      bool oom, std::uint64_t dropped) {
-  Encoder e;
-  e.put(window);
-  e.put(batch_end);
-  e.put(time_ns);
-  e.put(static_cast<std::uint8_t>(oom ? 1 : 0));
-  e.put(dropped);
-  return write_record(SpillRecord::window_close, e.bytes());
+  ByteWriter e;
+  e.value(WindowCloseRecord{window, batch_end, time_ns, oom, dropped});
+  return write_record(SpillRecord::window_close, e);
 }
 
 bool SpillWriter::write_window_batches(std::uint32_t window, std::string_view method, double confidence,
                                        std::string_view detail) {
-  Encoder e;
-  e.put(window);
-  e.str(method);
-  e.put(confidence);
-  e.str(detail);
-  return write_record(SpillRecord::window_batches, e.bytes());
+  ByteWriter e;
+  e.value(WindowBatchesRecord{window, std::string(method), confidence, std::string(detail)});
+  return write_record(SpillRecord::window_batches, e);
 }
 
 bool SpillWriter::write_window_extras(std::uint32_t window, std::string_view json) {
@@ -304,8 +259,8 @@ bool SpillWriter::write_window_extras(std::uint32_t window, std::string_view jso
 }
 
 bool SpillWriter::write_end(bool used_mpi) {
-  const std::string text = used_mpi ? R"({"used_mpi":true})" : R"({"used_mpi":false})";
-  return write_record(SpillRecord::end, std::vector<char>(text.begin(), text.end()));
+  const std::string_view text = used_mpi ? R"({"used_mpi":true})" : R"({"used_mpi":false})";
+  return write_record(SpillRecord::end, {std::span<const char>(text.data(), text.size())});
 }
 
 bool SpillWriter::still_linked() {
@@ -333,11 +288,11 @@ bool SpillWriter::sync() {
 
 namespace {
 
-// Applies one record's payload to the record being rebuilt. Throws Decoder::Short when the
+// Applies one record's payload to the record being rebuilt. Throws ByteReader::Short when the
 // payload is shorter than its own counts say, and std::runtime_error for inconsistent content.
 void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& out,
                   std::map<std::uint32_t, std::size_t>& window_index) {
-  Decoder d(payload);
+  ByteReader d(payload);
   auto window_of = [&](std::uint32_t id) -> WindowRecord& {
     auto it = window_index.find(id);
     if (it == window_index.end()) throw std::runtime_error("a record for window " + std::to_string(id) + " before that window opened");
@@ -349,104 +304,69 @@ void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& o
       out.has_meta = true;
       break;
     case SpillRecord::frames: {
-      const auto first = d.get<std::uint32_t>();
-      const auto n = d.get<std::uint32_t>();
-      if (first != out.frames.size()) throw std::runtime_error("frames out of sequence");
-      for (std::uint32_t i = 0; i < n; ++i) {
-        Frame f;
-        f.name = d.str();
-        f.file = d.str();
-        f.line = d.get<std::uint32_t>();
-        out.frames.push_back(std::move(f));
-      }
+      if (d.get<std::uint32_t>() != out.frames.size()) throw std::runtime_error("frames out of sequence");
+      d.items(out.frames);
       break;
     }
     case SpillRecord::stacks: {
-      const auto first = d.get<std::uint32_t>();
-      const auto n = d.get<std::uint32_t>();
-      if (first != out.stacks.size()) throw std::runtime_error("stacks out of sequence");
-      for (std::uint32_t i = 0; i < n; ++i) {
-        Stack s;
-        d.array(d.get<std::uint32_t>(), s);
-        for (auto id : s) {
+      if (d.get<std::uint32_t>() != out.stacks.size()) throw std::runtime_error("stacks out of sequence");
+      const std::size_t first = out.stacks.size();
+      d.items(out.stacks);
+      for (std::size_t i = first; i < out.stacks.size(); ++i) {
+        for (auto id : out.stacks[i]) {
           if (id >= out.frames.size()) throw std::runtime_error("a stack names frame " + std::to_string(id) + " that was never written");
         }
-        out.stacks.push_back(std::move(s));
       }
       break;
     }
     case SpillRecord::window_open: {
-      const auto id = d.get<std::uint32_t>();
-      if (window_index.count(id)) throw std::runtime_error("window " + std::to_string(id) + " opened twice");
+      const auto r = d.value<WindowOpenRecord>();
+      if (window_index.count(r.window)) throw std::runtime_error("window " + std::to_string(r.window) + " opened twice");
       WindowRecord w;
-      w.batch_start = d.get<std::int64_t>();
+      w.batch_start = r.batch_start;
       w.batch_end = w.batch_start;
-      w.open_time_ns = d.get<std::int64_t>();
+      w.open_time_ns = r.time_ns;
       w.status = RecordStatus::truncated;  // until its close record is read
-      window_index[id] = out.windows.size();
+      window_index[r.window] = out.windows.size();
       out.windows.push_back(std::move(w));
       break;
     }
-    case SpillRecord::live: {
-      auto& w = window_of(d.get<std::uint32_t>());
-      d.array(d.get<std::uint32_t>(), w.live_at_start);
+    case SpillRecord::live:
+      d.items(window_of(d.get<std::uint32_t>()).live_at_start);
       break;
-    }
-    case SpillRecord::events: {
-      auto& w = window_of(d.get<std::uint32_t>());
-      d.array(d.get<std::uint32_t>(), w.events);
+    case SpillRecord::events:
+      d.items(window_of(d.get<std::uint32_t>()).events);
       break;
-    }
     case SpillRecord::batch: {
-      auto& w = window_of(d.get<std::uint32_t>());
-      BatchMark m;
-      m.batch = d.get<std::int64_t>();
-      m.time_ns = d.get<std::int64_t>();
-      w.batches.push_back(m);
-      w.batch_end = std::max(w.batch_end, m.batch);
+      const auto r = d.value<BatchRecord>();
+      auto& w = window_of(r.window);
+      w.batches.push_back(r.mark);
+      w.batch_end = std::max(w.batch_end, r.mark.batch);
       break;
     }
     case SpillRecord::segments: {
       auto& w = window_of(d.get<std::uint32_t>());
-      const auto n = d.get<std::uint32_t>();
       w.segments.clear();
-      for (std::uint32_t i = 0; i < n; ++i) {
-        Segment s;
-        s.addr = d.get<std::uint64_t>();
-        s.size = d.get<std::uint64_t>();
-        s.stream = d.get<std::uint64_t>();
-        s.device = d.get<std::int16_t>();
-        s.pool = d.str();
-        const auto nb = d.get<std::uint32_t>();
-        if (nb > d.remaining() / 29) throw Decoder::Short{};
-        for (std::uint32_t b = 0; b < nb; ++b) {
-          Block blk;
-          blk.addr = d.get<std::uint64_t>();
-          blk.size = d.get<std::uint64_t>();
-          blk.requested_size = d.get<std::uint64_t>();
-          blk.state = d.get<std::uint8_t>();
-          blk.stack_id = d.get<std::uint32_t>();
-          s.blocks.push_back(blk);
-        }
-        w.segments.push_back(std::move(s));
-      }
+      d.items(w.segments);
       break;
     }
     case SpillRecord::window_close: {
-      auto& w = window_of(d.get<std::uint32_t>());
-      w.batch_end = d.get<std::int64_t>();
-      w.close_time_ns = d.get<std::int64_t>();
-      w.oom = d.get<std::uint8_t>() != 0;
-      w.dropped = d.get<std::uint64_t>();
+      const auto r = d.value<WindowCloseRecord>();
+      auto& w = window_of(r.window);
+      w.batch_end = r.batch_end;
+      w.close_time_ns = r.time_ns;
+      w.oom = r.oom;
+      w.dropped = r.dropped;
       w.closed = true;
       w.status = RecordStatus::ok;
       break;
     }
     case SpillRecord::window_batches: {
-      auto& w = window_of(d.get<std::uint32_t>());
-      w.batch_method = d.str();
-      w.batch_confidence = d.get<double>();
-      w.batch_detail = d.str();
+      auto r = d.value<WindowBatchesRecord>();
+      auto& w = window_of(r.window);
+      w.batch_method = std::move(r.method);
+      w.batch_confidence = r.confidence;
+      w.batch_detail = std::move(r.detail);
       if (!std::isfinite(w.batch_confidence)) throw std::runtime_error("a batch confidence that is not a number");
       break;
     }
@@ -529,7 +449,7 @@ RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name
     }
     try {
       apply_record(type, payload, out, window_index);
-    } catch (const Decoder::Short&) {
+    } catch (const ByteReader::Short&) {
       stop(RecordStatus::corrupt, "a record shorter than its own counts");
       break;
     } catch (const std::exception& e) {
@@ -620,23 +540,50 @@ std::string spill_file_name(int rank, std::int64_t pid) {
 }
 
 std::string meta_to_json(const RankMeta& m) {
-  nlohmann::json j{{"rank", m.rank},
-                   {"local_rank", m.local_rank},
-                   {"world_size", m.world_size},
-                   {"local_world_size", m.local_world_size},
-                   {"node_rank", m.node_rank},
-                   {"host", m.host},
-                   {"pid", m.pid},
-                   {"run_name", m.run_name},
-                   {"source", m.source},
-                   {"device_name", m.device_name},
-                   {"config", m.config_json},
-                   {"tool_version", m.tool_version},
-                   {"start_unix_ns", m.start_unix_ns},
-                   {"clock_offset_ns", m.clock_offset_ns},
-                   {"device_total_bytes", m.device_total_bytes}};
+  nlohmann::json j = nlohmann::json::object();
+  for_each_field<RankMeta>([&](const auto& f) { j[f.name] = m.*f.member; });
   return j.dump();
 }
+
+namespace {
+
+// One field of the META record's JSON into `m`, checked: whole numbers only and within the
+// field's bounds (a float such as 1e300 converted to an integer is undefined), text as text.
+template <class F>
+void meta_field_from_json(const nlohmann::json& j, const F& f, RankMeta& m) {
+  using M = typename F::Member;
+  const auto it = j.find(f.name);
+  if (it == j.end()) return;  // the default stays
+  const std::string key = f.name;
+  if constexpr (std::is_same_v<M, std::string>) {
+    if (!it->is_string()) throw std::runtime_error("metadata field " + key + " is not text");
+    m.*f.member = it->template get<std::string>();
+  } else if constexpr (std::is_same_v<M, std::vector<std::uint64_t>>) {
+    if (!it->is_array() || it->size() > 4096) throw std::runtime_error("metadata field " + key + " is not a short list");
+    for (const auto& v : *it) {
+      if (!v.is_number_unsigned() && !(v.is_number_integer() && v.template get<std::int64_t>() >= 0)) {
+        throw std::runtime_error("metadata field " + key + " holds something other than byte counts");
+      }
+      (m.*f.member).push_back(v.template get<std::uint64_t>());
+    }
+  } else {
+    static_assert(std::is_integral_v<M>);
+    std::int64_t v = 0;
+    if (it->is_number_unsigned()) {
+      const auto u = it->template get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(INT64_MAX)) throw std::runtime_error("metadata field " + key + " is out of range");
+      v = static_cast<std::int64_t>(u);
+    } else if (it->is_number_integer()) {
+      v = it->template get<std::int64_t>();
+    } else {
+      throw std::runtime_error("metadata field " + key + " is not a whole number");
+    }
+    if (v < f.lo || v > f.hi) throw std::runtime_error("metadata field " + key + " is out of range");
+    m.*f.member = static_cast<M>(v);
+  }
+}
+
+}  // namespace
 
 RankMeta meta_from_json(const std::string& text) {
   RankMeta m;
@@ -647,53 +594,7 @@ RankMeta meta_from_json(const std::string& text) {
     throw std::runtime_error("metadata is not valid JSON");
   }
   if (!j.is_object()) throw std::runtime_error("metadata is not a JSON object");
-  // Whole numbers only, in range: a float such as 1e300 converted to an integer is undefined.
-  auto integer = [&](const char* key, std::int64_t fallback, std::int64_t lo, std::int64_t hi) -> std::int64_t {
-    const auto it = j.find(key);
-    if (it == j.end()) return fallback;
-    std::int64_t v = 0;
-    if (it->is_number_unsigned()) {
-      const auto u = it->get<std::uint64_t>();
-      if (u > static_cast<std::uint64_t>(INT64_MAX)) throw std::runtime_error(std::string("metadata field ") + key + " is out of range");
-      v = static_cast<std::int64_t>(u);
-    } else if (it->is_number_integer()) {
-      v = it->get<std::int64_t>();
-    } else {
-      throw std::runtime_error(std::string("metadata field ") + key + " is not a whole number");
-    }
-    if (v < lo || v > hi) throw std::runtime_error(std::string("metadata field ") + key + " is out of range");
-    return v;
-  };
-  auto text_of = [&](const char* key, const char* fallback) -> std::string {
-    const auto it = j.find(key);
-    if (it == j.end()) return fallback;
-    if (!it->is_string()) throw std::runtime_error(std::string("metadata field ") + key + " is not text");
-    return it->get<std::string>();
-  };
-  constexpr std::int64_t kMaxRanks = 1 << 24;
-  m.rank = static_cast<int>(integer("rank", 0, 0, kMaxRanks - 1));
-  m.local_rank = static_cast<int>(integer("local_rank", 0, 0, kMaxRanks - 1));
-  m.world_size = static_cast<int>(integer("world_size", 1, 1, kMaxRanks));
-  m.local_world_size = static_cast<int>(integer("local_world_size", 1, 1, kMaxRanks));
-  m.node_rank = static_cast<int>(integer("node_rank", 0, 0, kMaxRanks - 1));
-  m.host = text_of("host", "");
-  m.pid = integer("pid", 0, 0, INT64_MAX);
-  m.run_name = text_of("run_name", "");
-  m.source = text_of("source", "api");
-  m.device_name = text_of("device_name", "");
-  m.config_json = text_of("config", "");
-  m.tool_version = text_of("tool_version", "");
-  m.start_unix_ns = integer("start_unix_ns", 0, INT64_MIN, INT64_MAX);
-  m.clock_offset_ns = integer("clock_offset_ns", 0, INT64_MIN, INT64_MAX);
-  if (const auto it = j.find("device_total_bytes"); it != j.end()) {
-    if (!it->is_array() || it->size() > 4096) throw std::runtime_error("metadata field device_total_bytes is not a short list");
-    for (const auto& v : *it) {
-      if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
-        throw std::runtime_error("metadata field device_total_bytes holds something other than byte counts");
-      }
-      m.device_total_bytes.push_back(v.get<std::uint64_t>());
-    }
-  }
+  for_each_field<RankMeta>([&](const auto& f) { meta_field_from_json(j, f, m); });
   return m;
 }
 

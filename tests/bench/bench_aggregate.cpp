@@ -3,9 +3,11 @@
 //   memsnap_bench_aggregate gen DIR RANKS EVENTS     write RANKS spills of EVENTS events each
 //   mpirun -np M memsnap_bench_aggregate run DIR     aggregate DIR/spill into DIR/bench.h5
 //
-// `run` prints events/s, MB/s (spill bytes read per second) and the peak RSS of every
-// aggregator rank (getrusage), which must stay flat as the number of job ranks grows: each
-// aggregator rank holds one spill at a time.
+// `run` prints the whole run's events/s and MB/s (spill bytes aggregated per second), then for
+// every aggregator rank its share: spills, MB/s and events/s over its own time, compression
+// threads, and its peak RSS (getrusage), which must stay flat as the number of job ranks grows:
+// each aggregator rank holds one spill at a time. MEMSNAP_BENCH_DEFLATE sets the deflate level,
+// MEMSNAP_BENCH_THREADS the compression threads per rank (default: the node's cores shared).
 #include <mpi.h>
 #include <sys/resource.h>
 
@@ -61,6 +63,9 @@ static int run(const fs::path& dir) {
   o.output = store;
   o.overwrite = true;
   if (const char* d = std::getenv("MEMSNAP_BENCH_DEFLATE")) o.deflate = std::atoi(d);
+  if (const char* t = std::getenv("MEMSNAP_BENCH_THREADS")) o.threads = static_cast<unsigned>(std::atoi(t));
+  memsnap::AggregateStats stats;
+  o.stats = &stats;
   MPI_Barrier(MPI_COMM_WORLD);
   const auto t0 = std::chrono::steady_clock::now();
   int rc = 0;
@@ -73,18 +78,26 @@ static int run(const fs::path& dir) {
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  long rss_kb = ru.ru_maxrss;
-  std::vector<long> all(static_cast<std::size_t>(size));
-  MPI_Gather(&rss_kb, 1, MPI_LONG, all.data(), 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  // Per aggregator rank: peak RSS (KiB), spills, spill bytes, events, seconds, threads.
+  const double mine[6] = {static_cast<double>(ru.ru_maxrss), static_cast<double>(stats.spills),
+                          static_cast<double>(stats.spill_bytes), static_cast<double>(stats.events), stats.seconds,
+                          static_cast<double>(stats.threads)};
+  std::vector<double> all(6 * static_cast<std::size_t>(size));
+  MPI_Gather(mine, 6, MPI_DOUBLE, all.data(), 6, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank == 0 && rc == 0) {
     std::uint64_t events = 0;
     for (const auto& row : memsnap::StoreReader(store).summary()) events += row.n_events;
     std::uintmax_t out_bytes = fs::file_size(store);
     for (const auto& f : fs::directory_iterator(memsnap::store_data_dir(store))) out_bytes += fs::file_size(f.path());
-    std::printf("np=%d spills=%zu events=%llu in=%.1f MB out=%.1f MB time=%.2f s  %.2f Mevents/s  %.1f MB/s  deflate=%d\n",
+    std::printf("np=%d spills=%zu events=%llu in=%.1f MB out=%.1f MB time=%.2f s  %.2f Mevents/s  %.1f MB/s  deflate=%d (%s)\n",
                 size, spills, static_cast<unsigned long long>(events), bytes / 1e6, out_bytes / 1e6, sec,
-                events / sec / 1e6, bytes / sec / 1e6, o.deflate);
-    for (int r = 0; r < size; ++r) std::printf("  aggregator rank %d: peak RSS %.1f MiB\n", r, all[r] / 1024.0);
+                events / sec / 1e6, bytes / sec / 1e6, o.deflate, memsnap::deflate_implementation());
+    for (int r = 0; r < size; ++r) {
+      const double* s = &all[6 * static_cast<std::size_t>(r)];
+      const double t = s[4] > 0 ? s[4] : 1e-9;
+      std::printf("  aggregator rank %d: %.0f spills, %.1f MB, %.2f s: %.1f MB/s, %.2f Mevents/s; %.0f threads; peak RSS %.1f MiB\n",
+                  r, s[1], s[2] / 1e6, s[4], s[2] / t / 1e6, s[3] / t / 1e6, s[5], s[0] / 1024.0);
+    }
   }
   MPI_Finalize();
   return rc;

@@ -18,6 +18,16 @@
 
 namespace memsnap {
 
+/// What one aggregator rank did: its spills, their bytes and events, and how long it took from
+/// the shared plan to its last rank file written (what the aggregation benchmark prints).
+struct AggregateStats {
+  std::size_t spills = 0;
+  std::uint64_t spill_bytes = 0;
+  std::uint64_t events = 0;
+  double seconds = 0;
+  unsigned threads = 0;  // compression threads it used
+};
+
 struct AggregateOptions {
   std::filesystem::path run_dir;  // holds spill/*.spill (or *.spill)
   std::filesystem::path output;   // the store; empty: RUN_DIR/memsnap.h5
@@ -26,7 +36,10 @@ struct AggregateOptions {
   bool progress = false;          // "ranks done / total" on rank 0's stderr (in place on a terminal)
   std::size_t top_sites = 32;     // allocation sites kept per window in /sites
   int deflate = 1;                // compression of the bulk datasets (0: none)
+  unsigned threads = 0;           // compression threads per aggregator rank; 0: the node's cores
+                                  // shared out among the aggregator ranks on it
   std::ostream* log = nullptr;    // warnings (keep_going) from rank 0; nullptr: std::cerr
+  AggregateStats* stats = nullptr;  // filled with this rank's share of the work (benchmarks)
 };
 
 /// Aggregates RUN_DIR's spills into the store. Collective over `comm` (any size; ranks beyond

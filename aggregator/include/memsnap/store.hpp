@@ -137,8 +137,13 @@ SummaryRow make_summary_row(const RankRecord& record, int window, const WindowSt
 // --- writing ---------------------------------------------------------------------------------
 
 struct StoreWriteOptions {
-  int deflate = 1;  // 0: no compression; 1..9: shuffle + deflate level on bulk datasets
+  int deflate = 1;       // 0: no compression; 1..9: shuffle + deflate level on bulk datasets
+  unsigned threads = 0;  // threads that compress a dataset's chunks; 0: one per core
 };
+
+/// The deflate implementation that compresses the store's chunks: "libdeflate" or "zlib"
+/// (whichever the build found; the files are the same standard deflate either way).
+const char* deflate_implementation();
 
 /// Writes one rank's bulk file (the target of /rank/<r>): its attributes, frames, stacks and each
 /// window's events, live allocations, batch marks and segments. `info` supplies the status

@@ -9,7 +9,8 @@
 //             checksums are CRC-32C; head_crc32 covers the 12 bytes before it, so a damaged length is caught before it is
 //             used; payload_bytes <= kMaxRecordPayload.
 //
-//   payload by type (str := u32 length | bytes; arrays are raw trivially-copyable structs):
+//   payload by type (str := u32 length | bytes; arrays are raw trivially-copyable structs; the
+//   structs' fields are laid out by their tables in memsnap/record_fields.hpp, see codec.hpp):
 //     1 META          JSON text of RankMeta
 //     2 FRAMES        u32 first_id | u32 n | n x (str name | str file | u32 line)
 //     3 STACKS        u32 first_id | u32 n | n x (u32 depth | depth x u32 frame_id)
@@ -46,6 +47,8 @@
 #include "memsnap/record.hpp"
 
 namespace memsnap {
+
+class ByteWriter;
 
 inline constexpr char kSpillMagic[8] = {'M', 'S', 'N', 'P', 'S', 'P', 'I', 'L'};
 inline constexpr std::uint32_t kSpillVersion = 2;
@@ -109,7 +112,9 @@ class SpillWriter {
 
  private:
   bool write_record(SpillRecord type, std::initializer_list<std::span<const char>> parts);
-  bool write_record(SpillRecord type, const std::vector<char>& payload);
+  bool write_record(SpillRecord type, const ByteWriter& payload);
+  template <class T>
+  bool write_chunked(SpillRecord type, std::uint32_t window, std::span<const T> items);
   int fd_ = -1;
   std::filesystem::path path_;
   std::string error_;

@@ -1,0 +1,83 @@
+// The field tables of the store's index rows (memsnap/codec.hpp): one description of /ranks,
+// /summary and /sites, from which the writer packs the tables, the reader unpacks them and the
+// aggregator gathers rows over MPI. Table order is the file's column order (stores already
+// written keep reading); a field added later names the store format version that added it.
+#pragma once
+
+#include <string>
+#include <tuple>
+
+#include "memsnap/codec.hpp"
+#include "memsnap/record_fields.hpp"
+#include "memsnap/store.hpp"
+
+namespace memsnap {
+
+/// /summary's column for the bytes of one category at the peak: "<category>_at_peak".
+inline std::string category_column(int c) { return std::string(category_name(static_cast<Category>(c))) + "_at_peak"; }
+
+template <>
+struct Fields<RankInfo> {
+  static constexpr auto list = std::tuple{
+      field("rank", &RankInfo::rank),
+      field("status", &RankInfo::status),
+      field("host", &RankInfo::host),
+      field("device", &RankInfo::device),
+      field("pid", &RankInfo::pid),
+      field("local_rank", &RankInfo::local_rank),
+      field("node_rank", &RankInfo::node_rank),
+      field("local_world_size", &RankInfo::local_world_size),
+      field("source", &RankInfo::source),
+      field("n_windows", &RankInfo::n_windows),
+      field("data_file", &RankInfo::data_file),
+      field("spill", &RankInfo::spill),
+      field("status_detail", &RankInfo::status_detail)};
+};
+
+template <>
+struct Fields<SummaryRow> {
+  static constexpr auto list = std::tuple{
+      field("rank", &SummaryRow::rank),
+      field("window", &SummaryRow::window),
+      field("batch_start", &SummaryRow::batch_start),
+      field("batch_end", &SummaryRow::batch_end),
+      field("host", &SummaryRow::host),
+      field("device", &SummaryRow::device),
+      field("n_events", &SummaryRow::n_events),
+      field("dropped", &SummaryRow::dropped),
+      field("peak_allocated", &SummaryRow::peak_allocated),
+      field("peak_allocated_time_ns", &SummaryRow::peak_allocated_time_ns),
+      field("peak_reserved", &SummaryRow::peak_reserved),
+      field("peak_reserved_time_ns", &SummaryRow::peak_reserved_time_ns),
+      field("live_at_open", &SummaryRow::live_at_open),
+      field("live_at_close", &SummaryRow::live_at_close),
+      field("reserved_at_open", &SummaryRow::reserved_at_open),
+      field("reserved_at_close", &SummaryRow::reserved_at_close),
+      field("persistent", &SummaryRow::persistent),
+      field("fragmentation_at_peak", &SummaryRow::fragmentation_at_peak),
+      field("oom", &SummaryRow::oom),
+      field("oom_requested", &SummaryRow::oom_requested),
+      field("status", &SummaryRow::status),
+      field("category_bytes", &SummaryRow::category_bytes).columns(category_column),
+      field("batch_method", &SummaryRow::batch_method).since_version(2),
+      field("batch_confidence", &SummaryRow::batch_confidence).since_version(2)};
+};
+
+/// The site's name travels with the row; the store keeps it in /site_names, named by site_id.
+template <>
+struct Fields<SiteRow> {
+  static constexpr auto list = std::tuple{
+      field("rank", &SiteRow::rank),
+      field("window", &SiteRow::window),
+      field("batch", &SiteRow::batch),
+      field("site_id", &SiteRow::site_id),
+      field("category", &SiteRow::category),
+      field("bytes_at_peak", &SiteRow::bytes_at_peak),
+      field("count", &SiteRow::count),
+      field("bytes_allocated", &SiteRow::bytes_allocated),
+      field("allocations", &SiteRow::allocations),
+      field("stack_id", &SiteRow::stack_id),
+      field("site", &SiteRow::site).not_stored()};
+};
+
+}  // namespace memsnap
