@@ -61,21 +61,6 @@ std::int64_t WindowPolicy::last_batch(std::int64_t k) const { return skip_ + (k 
 
 EventRing::EventRing(std::size_t capacity) : buf_(std::max<std::size_t>(capacity, 1)) {}
 
-void EventRing::push(const Event& e) {
-  // No modulo: this runs once per drained event.
-  const std::size_t cap = buf_.size();
-  if (size_ == cap) {
-    buf_[start_] = e;
-    if (++start_ == cap) start_ = 0;
-    ++dropped_;
-    return;
-  }
-  std::size_t i = start_ + size_;
-  if (i >= cap) i -= cap;
-  buf_[i] = e;
-  ++size_;
-}
-
 std::array<std::span<const Event>, 2> EventRing::spans() const {
   const std::size_t first = std::min(size_, buf_.size() - start_);
   return {std::span<const Event>(buf_.data() + start_, first), std::span<const Event>(buf_.data(), size_ - first)};
@@ -225,6 +210,16 @@ int segment_kind(Action a) {
   if (a == Action::segment_alloc || a == Action::segment_map) return 1;
   if (a == Action::segment_free || a == Action::segment_unmap) return 2;
   return 0;
+}
+
+// What the segment de-duplication compares: the allocator trace's segment events, and CUPTI's
+// view of the same calls (cudaMalloc and cudaFree reach CUPTI as alloc and free_completed,
+// cuMemMap and cuMemUnmap as segment_map and segment_unmap). 0: neither.
+int dedupe_kind(const Event& e) {
+  if ((e.flags & kFromAllocatorTrace) != 0) return segment_kind(e.action);
+  if (e.action == Action::alloc) return 1;
+  if (e.action == Action::free_completed) return 2;
+  return segment_kind(e.action);
 }
 
 std::atomic<ForeignFrameResolver> g_foreign_resolver{nullptr};
@@ -462,13 +457,18 @@ struct Recorder::Impl {
       std::uint64_t head = b->head.load(std::memory_order_acquire);
       if (head == tail) continue;
       if (hold_back && allocator_trace_seen.load(std::memory_order_relaxed)) {
+        // The trailing run of CUPTI events of one kind (a large expandable segment maps hundreds
+        // of pages before its one trace entry), at most a quarter of the ring.
         std::uint64_t keep = head;
-        while (keep > tail && head - keep < 64) {
+        int run_kind = 0;
+        while (keep > tail && head - keep < ThreadBuffer::kCapacity / 4) {
           const Event& e = b->events[(keep - 1) & (ThreadBuffer::kCapacity - 1)];
-          if (segment_kind(e.action) == 0 || (e.flags & kFromAllocatorTrace) != 0) break;
+          const int k = dedupe_kind(e);
+          if (k == 0 || (e.flags & kFromAllocatorTrace) != 0 || (run_kind != 0 && k != run_kind)) break;
+          run_kind = k;
           --keep;
         }
-        if (head - keep < 64) head = keep;
+        head = keep;
       }
       for (std::uint64_t i = tail; i < head; ++i) {
         Event& e = b->events[i & (ThreadBuffer::kCapacity - 1)];
@@ -476,7 +476,7 @@ struct Recorder::Impl {
           const auto ticks = static_cast<double>(static_cast<std::int64_t>(static_cast<std::uint64_t>(e.time_ns) - base_tick));
           e.time_ns = base_ns + static_cast<std::int64_t>(ticks * rate);
         }
-        const int kind = segment_kind(e.action);
+        const int kind = dedupe_kind(e);
         if (kind == 0) {
           b->trace_segment_kind = 0;
           continue;
@@ -488,7 +488,7 @@ struct Recorder::Impl {
           for (std::uint64_t j = i; j > tail; --j) {
             Event& p = b->events[(j - 1) & (ThreadBuffer::kCapacity - 1)];
             if ((p.flags & kDropped) != 0) continue;
-            if (segment_kind(p.action) != kind || p.device != e.device || p.addr < e.addr || p.addr >= hi ||
+            if (dedupe_kind(p) != kind || p.device != e.device || p.addr < e.addr || p.addr >= hi ||
                 (p.flags & kFromAllocatorTrace) != 0) {
               break;
             }

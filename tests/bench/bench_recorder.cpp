@@ -21,13 +21,14 @@ using memsnap::Recorder;
 struct Fixture {
   std::filesystem::path dir;
   std::unique_ptr<Recorder> recorder;
-  void set_up(memsnap::StackMode stacks) {
+  void set_up(memsnap::StackMode stacks, bool in_window = true) {
     dir = std::filesystem::temp_directory_path() / ("memsnap-bench-" + std::to_string(getpid()));
     std::filesystem::remove_all(dir);
     Config c;
     c.folder = dir.string();
     c.run_name = "bench";
-    c.skip_batches = 0;
+    // Outside a window the recorder keeps live tracking only: the spill's share of the cost drops out.
+    c.skip_batches = in_window ? 0 : std::int64_t{1} << 40;
     c.interval = 1;
     c.repeat = -1;
     c.stacks = stacks;
@@ -53,6 +54,7 @@ Fixture g_fixture;
 // Set up before the benchmark's threads start and torn down after they all stopped.
 void set_up_no_stacks(const benchmark::State&) { g_fixture.set_up(memsnap::StackMode::none); }
 void set_up_native(const benchmark::State&) { g_fixture.set_up(memsnap::StackMode::native); }
+void set_up_outside_windows(const benchmark::State&) { g_fixture.set_up(memsnap::StackMode::none, false); }
 void tear_down(const benchmark::State&) { g_fixture.tear_down(); }
 
 void record_loop(benchmark::State& state) {
@@ -82,6 +84,7 @@ void record_loop(benchmark::State& state) {
 }
 
 void BM_RecordAllocFree_NoStacks(benchmark::State& state) { record_loop(state); }
+void BM_RecordAllocFree_NoStacksOutsideWindows(benchmark::State& state) { record_loop(state); }
 void BM_RecordAllocFree_NativeStacks(benchmark::State& state) { record_loop(state); }
 void BM_RecordAllocFree_NativeStacksFramePointers(benchmark::State& state) { record_deep(state, 40); }
 
@@ -97,6 +100,7 @@ void BM_RecordInactive(benchmark::State& state) {
 }
 
 BENCHMARK(BM_RecordAllocFree_NoStacks)->Setup(set_up_no_stacks)->Teardown(tear_down)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+BENCHMARK(BM_RecordAllocFree_NoStacksOutsideWindows)->Setup(set_up_outside_windows)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
 BENCHMARK(BM_RecordAllocFree_NativeStacks)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
 BENCHMARK(BM_RecordAllocFree_NativeStacksFramePointers)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->UseRealTime();
 BENCHMARK(BM_RecordInactive);

@@ -4,7 +4,8 @@ A 12-layer transformer (as in tests/bench/bench_gpu_step.py). memsnap is attache
 (`memsnap_torch.attach()`) or by `memsnap run`'s startup hook, and batches are marked with
 `memsnap_torch.step()`, so both recorders cover exactly batches --first..--last: torch's
 `_record_memory_history` is switched on right after the step that opens memsnap's window and its
-trace is taken right before the step that closes it. Writes torch's trace entries by action (and
+trace is taken right before the step that closes it. An empty_cache() inside the window makes
+the allocator free and allocate segments again, which CUPTI sees too. Writes torch's trace entries by action (and
 segment addresses) as JSON to --out; tests/gpu/torch_attachment.sh compares them with the spill.
 Set MEMSNAP_SKIP_BATCHES=first-1 and MEMSNAP_INTERVAL=last-first+1.
 """
@@ -46,6 +47,8 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
+        if batch == args.first + 1:
+            torch.cuda.empty_cache()  # segments freed here, allocated again next batch: both sources see them
         if batch == args.last:
             trace = torch.cuda.memory._snapshot()["device_traces"]
             torch.cuda.memory._record_memory_history(enabled=None)

@@ -2,7 +2,7 @@
 # Stages what tests/gpu/run.sh needs on the GPU machine into .carry/ (ignored by git): the built
 # memsnap, libmemsnap, libmemsnap_cupti and spill_dump (stripped copies, to fit the 64 MiB that
 # travels), and the Debian shared libraries that machine lacks (HDF5 with Open MPI, yaml-cpp,
-# libdw/libelf, szip), and the PyTorch attachment where it was built. libmpi is not carried: the GPU machine has the same libmpi.so.40 ABI.
+# libdw/libelf, szip, libunwind, libdeflate), and the PyTorch attachment where it was built. libmpi is not carried: the GPU machine has the same libmpi.so.40 ABI.
 #   tests/gpu/stage.sh [BUILD_DIR]      (default build-cupti), then run with carry: [".carry"]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,7 +19,9 @@ fi
 rm -rf "$carry/lib/memsnap" && cp -r "$build/lib/memsnap" "$carry/lib/memsnap"
 ln -sf libmemsnap.so.0 "$carry/lib/libmemsnap.so"
 cd "$carry/debs"
-ls *.deb >/dev/null 2>&1 || apt-get download libhdf5-openmpi-103-1 libyaml-cpp0.7 libsz2 libaec0 libdw1 libelf1
+for pkg in libhdf5-openmpi-103-1 libyaml-cpp0.7 libsz2 libaec0 libdw1 libelf1 libunwind8 libdeflate0; do
+  ls ${pkg}_*.deb >/dev/null 2>&1 || apt-get download $pkg
+done
 tmp=$(mktemp -d)
 for d in *.deb; do dpkg -x "$d" "$tmp"; done
 find "$tmp" \( -name '*.so.*' -o -name '*.so' \) \( -type f -o -type l \) -exec cp -a {} "$carry/deps/" \;

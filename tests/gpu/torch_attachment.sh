@@ -105,7 +105,7 @@ flagged0 = [f for f in s["findings"] if f.get("rank") == 0]
 print("missing:", missing, "rank 0 flagged:", len(flagged0))
 sys.exit(1 if missing or flagged0 else 0)
 PY
-(cd $W && tar czf $OUT/ranks.tgz ranks/memsnap.h5 ranks/report ranks/*.h5 2>/dev/null)
+(cd $W && tar czf $OUT/ranks.tgz --exclude=spill ranks)
 fi
 
 if want bench; then

@@ -110,7 +110,7 @@ class TorchHook(unittest.TestCase):
             class Lib:
                 def __getattr__(self, name):
                     fn = Fn(name); setattr(self, name, fn); return fn
-            ctypes.CDLL = lambda path: Lib()
+            ctypes.CDLL = ctypes.PyDLL = lambda path: Lib()
             open(os.environ["MEMSNAP_TORCH_LIBRARY"], "w").close()
             import torch, torch.optim.optimizer as o
             import memsnap_torch

@@ -43,7 +43,19 @@ class WindowPolicy {
 class EventRing {
  public:
   explicit EventRing(std::size_t capacity);
-  void push(const Event& e);
+  void push(const Event& e) {  // inline: once per drained event
+    const std::size_t cap = buf_.size();
+    if (size_ == cap) {
+      buf_[start_] = e;
+      if (++start_ == cap) start_ = 0;
+      ++dropped_;
+      return;
+    }
+    std::size_t i = start_ + size_;
+    if (i >= cap) i -= cap;
+    buf_[i] = e;
+    ++size_;
+  }
   std::size_t size() const { return size_; }
   std::size_t capacity() const { return buf_.size(); }
   std::uint64_t dropped() const { return dropped_; }

@@ -43,6 +43,8 @@ struct State {
   std::mutex mutex;  // attach only
   bool attached = false;
   std::atomic<bool> python_stacks{false};
+  bool python_probed = false;
+  std::string python_why = "memsnap_torch_probe_python() was not called";
   std::array<std::atomic<std::uint64_t>, kMaxDevices> device_total{};
 };
 State& state() {
@@ -88,12 +90,12 @@ bool start_recorder(const char* device_name) {
   options.trim_modules = {"libmemsnap_pytorch", "libc10_cuda", "libc10.so"};
   if (!Recorder::global().start(config, launch, options)) return false;
   if (wants_python(Recorder::global().stack_mode())) {
-    if (python_frames_available()) {
+    if (state().python_probed) {
       state().python_stacks.store(true);
       Recorder::global().set_foreign_frame_resolver(resolve_python_frame);
     } else {
-      log::write(log::Level::warn, "stacks: Python frames asked for, but this process has no Python interpreter; "
-                                   "recording without them");
+      log::write(log::Level::warn, "stacks: Python frames asked for, but they cannot be read here (" +
+                                       state().python_why + "); recording without them");
     }
   }
   return true;
@@ -125,6 +127,22 @@ extern "C" __attribute__((visibility("default"))) int memsnap_torch_attach(const
     log::write(log::Level::warn, "cannot attach to PyTorch's allocator; the job goes on without block-level recording");
   }
   return -1;
+}
+
+/// With the GIL held (ctypes.PyDLL): finds where this interpreter keeps a thread's frames. 1: Python
+/// stacks can be captured. Before memsnap_torch_attach.
+extern "C" __attribute__((visibility("default"))) int memsnap_torch_probe_python() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!s.python_probed) s.python_probed = probe_python_frames(s.python_why);
+  return s.python_probed ? 1 : 0;
+}
+
+/// With the GIL held (ctypes.PyDLL): names and lines of the Python frames captured since the last
+/// call. Called at each optimizer step and before memsnap_torch_step/dump, so that a window's
+/// frames have names when it is written.
+extern "C" __attribute__((visibility("default"))) void memsnap_torch_resolve_python() {
+  if (state().python_stacks.load(std::memory_order_relaxed)) resolve_pending_python_frames();
 }
 
 /// The device's memory size, for OOM records (PyTorch's OOM entry carries only the free bytes).

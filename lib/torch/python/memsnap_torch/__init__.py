@@ -17,6 +17,7 @@ Inside a training job this module never raises: anything that goes wrong gives o
 stderr and the job runs on unrecorded.
 """
 
+import atexit
 import ctypes
 import os
 import sys
@@ -27,6 +28,7 @@ __all__ = ["attach", "step", "dump", "recording", "library_path"]
 
 _lock = threading.Lock()
 _lib = None
+_gil = None  # the same library through ctypes.PyDLL: calls that need the GIL held
 _attach_called = False
 _warned = set()
 
@@ -51,7 +53,7 @@ def library_path():
 
 
 def _load():
-    global _lib
+    global _lib, _gil
     if _lib is not None:
         return _lib
     path = library_path()
@@ -75,8 +77,20 @@ def _load():
     lib.memsnap_torch_recording.restype = ctypes.c_int
     lib.memsnap_torch_events.restype = ctypes.c_uint64
     lib.memsnap_torch_batch.restype = ctypes.c_int64
-    _lib = lib
+    gil = ctypes.PyDLL(path)
+    gil.memsnap_torch_probe_python.restype = ctypes.c_int
+    gil.memsnap_torch_resolve_python.restype = None
+    _lib, _gil = lib, gil
+    atexit.register(_resolve)  # before the recorder writes the last window, at C exit
     return lib
+
+
+def _resolve():
+    try:
+        if _gil is not None:
+            _gil.memsnap_torch_resolve_python()
+    except Exception:  # noqa: BLE001 - do no harm
+        pass
 
 
 def _on_cuda_ready(torch, lib):
@@ -86,6 +100,7 @@ def _on_cuda_ready(torch, lib):
         for device in range(torch.cuda.device_count()):
             lib.memsnap_torch_set_device_total(device, torch.cuda.get_device_properties(device).total_memory)
         name = torch.cuda.get_device_name(torch.cuda.current_device())
+        _gil.memsnap_torch_probe_python()  # with the GIL: where this interpreter keeps its frames
         lib.memsnap_torch_attach(name.encode("utf-8", "replace"))
     except Exception as e:  # noqa: BLE001 - do no harm
         _warn("attach", "cannot attach to PyTorch's allocator (%s); the job goes on" % e)
@@ -105,6 +120,7 @@ class _StepCounter:
             if first is None:  # the first optimizer, or a new one after the first was dropped
                 self._first = weakref.ref(optimizer)
                 first = optimizer
+            _resolve()
             if optimizer is first:
                 self._lib.memsnap_torch_step_hint()
         except Exception:  # noqa: BLE001 - do no harm
@@ -149,11 +165,13 @@ def attach():
 def step():
     """Mark the end of a batch explicitly. Once called, optimizer steps no longer count."""
     if _lib is not None:
+        _resolve()
         _lib.memsnap_torch_step()
 
 
 def dump():
     """Write the current window (or the recent history outside a window) now. True on success."""
+    _resolve()
     return _lib is not None and _lib.memsnap_torch_dump() == 1
 
 
