@@ -6,6 +6,7 @@ One mode per process (tests/gpu/run.sh and tests/gpu/torch_attachment.sh run the
   --mode attach       memsnap_torch.attach() by hand (memsnap's python folder on PYTHONPATH)
   --mode torch        torch.cuda.memory._record_memory_history() (PyTorch's own recorder, "all")
   --mode torch_state  the same with enabled="state" (live blocks' stacks, no trace)
+  --mode empty_tracker  a trace tracker that does nothing: what any tracker costs PyTorch itself
 A 12-layer bf16 transformer, NVTX range "step" around each batch, `--warmup` untimed then
 `--steps` timed batches; prints one JSON line with the median and p90 ms per step.
 """
@@ -21,7 +22,7 @@ import torch.nn as nn
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["plain", "attach", "torch", "torch_state"], default="plain")
+    ap.add_argument("--mode", choices=["plain", "attach", "torch", "torch_state", "empty_tracker"], default="plain")
     ap.add_argument("--label", default="")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=8)
@@ -44,6 +45,13 @@ def main():
         assert memsnap.attach()
     elif "memsnap_torch" in sys.modules:  # attached by memsnap run's startup hook
         memsnap = sys.modules["memsnap_torch"]
+    if args.mode == "empty_tracker":
+        import ctypes
+
+        import memsnap_torch
+
+        torch.zeros(1, device=dev)  # CUDA initialised: the allocator's per-device state exists
+        ctypes.CDLL(memsnap_torch.library_path()).memsnap_torch_attach_empty_tracker()
     if args.mode == "torch":
         torch.cuda.memory._record_memory_history(max_entries=100000)
     elif args.mode == "torch_state":

@@ -6,6 +6,7 @@
 #   ranks   `mpirun -np 4 memsnap run -- python3 attach_train.py` (4 processes on one GPU, batches
 #           from optimizer steps, Python stacks for allocations >= 1 MiB): every rank's pages, and
 #           findings that name the planted leak, spike and unsharded rank;
+#   cost    a tracker that does nothing, against memsnap's (what a tracker costs PyTorch itself)
 #   bench   step time (tests/bench/bench_gpu_step.py): no memsnap, the attachment without stacks,
 #           with Python stacks >= 1 MiB, memsnap run's default (CUPTI + attachment), torch's
 #           _record_memory_history (all, state); BENCH_ROUNDS interleaved rounds, BENCH_PIN cpus.
@@ -108,6 +109,21 @@ PY
 (cd $W && tar czf $OUT/ranks.tgz --exclude=spill ranks)
 fi
 
+if want cost; then
+step "cost: what a trace tracker costs PyTorch itself, against memsnap's ($BENCH_ROUNDS rounds)"
+B="timeout 240 taskset -c ${BENCH_PIN:-2-7} python3 tests/bench/bench_gpu_step.py --warmup 15 --steps ${BENCH_STEPS:-60} --out $OUT/attach_bench.jsonl"
+REC="MEMSNAP_SKIP_BATCHES=0 MEMSNAP_INTERVAL=10 MEMSNAP_REPEAT=-1 MEMSNAP_OVERWRITE=true"
+for r in $(seq ${BENCH_ROUNDS:-5}); do
+  $B --label plain
+  env PYTHONPATH=$PY $B --mode empty_tracker --label empty_tracker
+  env $REC MEMSNAP_FOLDER=$W/b_attach PYTHONPATH=$PY $B --mode attach --label attach_no_stacks
+done
+fi
+
+if want cost || want bench; then
+summarise=1
+fi
+
 if want bench; then
 step "bench: step time, ${BENCH_ROUNDS:=5} interleaved rounds, pinned to ${BENCH_PIN:=2-7}"
 B="timeout 240 taskset -c $BENCH_PIN python3 tests/bench/bench_gpu_step.py --warmup 15 --steps ${BENCH_STEPS:-60} --out $OUT/attach_bench.jsonl"
@@ -120,6 +136,9 @@ for r in $(seq $BENCH_ROUNDS); do
   $B --mode torch --label torch_record_all
   $B --mode torch_state --label torch_record_state
 done
+fi
+
+if [ -n "${summarise:-}" ]; then
 python3 - "$OUT/attach_bench.jsonl" <<'PY'
 import collections, json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

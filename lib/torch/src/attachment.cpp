@@ -145,6 +145,12 @@ extern "C" __attribute__((visibility("default"))) void memsnap_torch_resolve_pyt
   if (state().python_stacks.load(std::memory_order_relaxed)) resolve_pending_python_frames();
 }
 
+/// For tests/bench only: attaches a tracker that does nothing, to measure what a tracker costs
+/// PyTorch itself (its trace entries are built only while some tracker or its history is on).
+extern "C" __attribute__((visibility("default"))) void memsnap_torch_attach_empty_tracker() {
+  c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker([](const TraceEntry&) {});
+}
+
 /// The device's memory size, for OOM records (PyTorch's OOM entry carries only the free bytes).
 extern "C" __attribute__((visibility("default"))) void memsnap_torch_set_device_total(int device, std::uint64_t bytes) {
   if (device >= 0 && device < kMaxDevices) state().device_total[device].store(bytes);

@@ -238,10 +238,20 @@ bool probe_python_frames(std::string& why) noexcept {
       // Check: the raw walk gives the C API's frames, code and line alike, all the way down.
       Word frame = current_frame(l, state);
       std::size_t i = 0;
+      std::string mismatch = "a longer chain";
       for (int guard = 0; frame != 0 && guard < 1024; ++guard) {
         const Word code = load(frame, l.code_slot);
+        if (i < chain.size() && code != chain[i].code && !is_shim(l, code) && l.shim_count < static_cast<int>(l.shims.size()) &&
+            load(code, sizeof(Word)) == l.code_type) {
+          // A frame the C API skips (3.12's entry frames on the C stack run a trampoline code).
+          const Word after = load(frame, l.previous_slot);
+          if (after != 0 && load(after, l.code_slot) == chain[i].code) l.shims[l.shim_count++] = code;
+        }
         if (!is_shim(l, code)) {
-          if (i >= chain.size() || code != chain[i].code) break;
+          if (i >= chain.size() || code != chain[i].code) {
+            mismatch = "code";
+            break;
+          }
           const auto offset = static_cast<int>((load(frame, l.instr_slot) - (code + l.code_start)) / 2);
           if (i == 0) {
             for (int adjust : {0, -1, 1}) {
@@ -251,16 +261,27 @@ bool probe_python_frames(std::string& why) noexcept {
               }
             }
           }
-          if (p.addr_to_line(reinterpret_cast<void*>(code), 2 * (offset + l.instr_adjust)) != chain[i].line) break;
+          if (p.addr_to_line(reinterpret_cast<void*>(code), 2 * (offset + l.instr_adjust)) != chain[i].line) {
+            mismatch = "line " + std::to_string(p.addr_to_line(reinterpret_cast<void*>(code), 2 * (offset + l.instr_adjust))) +
+                       " for " + std::to_string(chain[i].line);
+            break;
+          }
           ++i;
         }
+        frame = load(frame, l.previous_slot);
+      }
+      // Below the outermost frame the C API shows, the interpreter's own entry frames may remain.
+      for (int tail = 0; i == chain.size() && frame != 0 && tail < 2; ++tail) {
+        const Word code = load(frame, l.code_slot);
+        if (load(code, sizeof(Word)) != l.code_type) break;
+        if (!is_shim(l, code) && l.shim_count < static_cast<int>(l.shims.size())) l.shims[l.shim_count++] = code;
         frame = load(frame, l.previous_slot);
       }
       if (i == chain.size() && frame == 0) {
         ok = true;
       } else {
         why = "the frame walk disagrees with the interpreter at frame " + std::to_string(i) + " of " +
-              std::to_string(chain.size());
+              std::to_string(chain.size()) + " (" + mismatch + ")";
       }
     }
     for (auto& r : chain) p.decref(reinterpret_cast<void*>(r.frame));
