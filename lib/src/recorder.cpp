@@ -438,11 +438,13 @@ struct Recorder::Impl {
     double rate = tick_rate;
     std::uint64_t base_tick = tick_anchor;
     std::int64_t base_ns = tick_anchor_ns;
+    std::int64_t drained_at = 0;
     if (tsc_clock) {
       // Piecewise linear between anchors taken at drains at least 1 ms apart: exact at every
       // anchor, so CLOCK_MONOTONIC's own slewing (NTP) is followed.
       const std::uint64_t t = read_tsc();
       const std::int64_t n = now_ns();
+      drained_at = n;
       if (n - tick_anchor_ns >= 1'000'000 && t > tick_anchor) {
         rate = static_cast<double>(n - tick_anchor_ns) / static_cast<double>(t - tick_anchor);
         tick_rate = rate;
@@ -474,7 +476,9 @@ struct Recorder::Impl {
         Event& e = b->events[i & (ThreadBuffer::kCapacity - 1)];
         if (tsc_clock) {
           const auto ticks = static_cast<double>(static_cast<std::int64_t>(static_cast<std::uint64_t>(e.time_ns) - base_tick));
-          e.time_ns = base_ns + static_cast<std::int64_t>(ticks * rate);
+          // Extrapolated past the last anchor, a rate off by parts per thousand could put an
+          // event after this drain began, past the batch mark that follows: never later than now.
+          e.time_ns = std::min(base_ns + static_cast<std::int64_t>(ticks * rate), drained_at);
         }
         const int kind = dedupe_kind(e);
         if (kind == 0) {
