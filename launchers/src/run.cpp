@@ -42,23 +42,22 @@ void say(int rank, const std::string& line) {
   (void)ignored;
 }
 
-fs::path cupti_library(const std::string& self) {
+// A file installed beside the memsnap binary: BIN/../lib/RELATIVE or BIN/../lib64/RELATIVE,
+// when `marker` (relative to it) exists; empty otherwise.
+fs::path installed(const std::string& self, const fs::path& relative, const fs::path& marker = {}) {
   std::error_code ec;
   const fs::path bin = fs::canonical(self.empty() ? "/proc/self/exe" : self, ec).parent_path();
-  for (const fs::path& p : {bin / "../lib/libmemsnap_cupti.so", bin / "../lib64/libmemsnap_cupti.so"}) {
-    if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec);
+  for (const fs::path& p : {bin / "../lib" / relative, bin / "../lib64" / relative}) {
+    if (fs::exists(marker.empty() ? p : p / marker, ec)) return fs::weakly_canonical(p, ec);
   }
   return {};
 }
 
+fs::path cupti_library(const std::string& self) { return installed(self, "libmemsnap_cupti.so"); }
+
 // The folder holding memsnap's Python startup hook (sitecustomize.py, memsnap_torch/).
 fs::path python_hook_folder(const std::string& self) {
-  std::error_code ec;
-  const fs::path bin = fs::canonical(self.empty() ? "/proc/self/exe" : self, ec).parent_path();
-  for (const fs::path& p : {bin / "../lib/memsnap/python", bin / "../lib64/memsnap/python"}) {
-    if (fs::exists(p / "memsnap_torch" / "__init__.py", ec)) return fs::weakly_canonical(p, ec);
-  }
-  return {};
+  return installed(self, "memsnap/python", fs::path("memsnap_torch") / "__init__.py");
 }
 
 // The child's verdict on MPI, from its clean record: "yes", "no" or "unknown".

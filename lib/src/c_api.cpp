@@ -8,23 +8,7 @@ using memsnap::Action;
 using memsnap::Recorder;
 
 extern "C" int memsnap_init(const char* config_path) {
-  try {
-    const memsnap::EnvLookup env = memsnap::process_env();
-    const memsnap::LaunchInfo launch = memsnap::detect_launch(env);
-    memsnap::log::set_rank(launch.rank);
-    memsnap::Config config;
-    try {
-      config = memsnap::load_config(config_path != nullptr ? config_path : "", env);
-    } catch (const memsnap::ConfigError& e) {
-      memsnap::log::write(memsnap::log::Level::warn,
-                          std::string(e.what()) + "; this run is not recorded, the job goes on");
-      return 1;
-    }
-    return Recorder::global().start(config, launch) ? 0 : 1;
-  } catch (...) {
-    memsnap::log::write(memsnap::log::Level::warn, "could not start; this run is not recorded, the job goes on");
-    return 1;
-  }
+  return Recorder::global().start_from_environment(config_path != nullptr ? config_path : "") ? 0 : 1;
 }
 
 extern "C" void memsnap_record_alloc(int device, uint64_t addr, uint64_t size, uint64_t stream) {

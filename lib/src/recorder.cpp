@@ -926,6 +926,25 @@ void Recorder::Impl::push(const void* owner, Action action, int device, std::uin
   b->head.store(head + 1, std::memory_order_release);
 }
 
+bool Recorder::start_from_environment(const std::string& config_path, const RecorderOptions& options) noexcept {
+  try {
+    const EnvLookup env = process_env();
+    const LaunchInfo launch = detect_launch(env);
+    log::set_rank(launch.rank);
+    Config config;
+    try {
+      config = load_config(config_path, env);
+    } catch (const ConfigError& e) {
+      log::write(log::Level::warn, std::string(e.what()) + "; this run is not recorded, the job goes on");
+      return false;
+    }
+    return start(config, launch, options);
+  } catch (...) {
+    log::write(log::Level::warn, "could not start; this run is not recorded, the job goes on");
+    return false;
+  }
+}
+
 void Recorder::record(Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept {
   Impl& s = *impl_;
   if (!s.active.load(std::memory_order_relaxed) || t_in_hook) return;

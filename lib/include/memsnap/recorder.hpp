@@ -118,6 +118,10 @@ class Recorder {
   // Opens the spill and starts counting batches. Returns false (after one log line) when the
   // config or the folder does not allow recording; the recorder then ignores every call.
   bool start(const Config& config, const LaunchInfo& launch, const RecorderOptions& options = {}) noexcept;
+  // start() with the config of this process's environment (`config_path`, else $MEMSNAP_CONFIG,
+  // then MEMSNAP_<KEY>) and the launcher's rank: what the C API and the PyTorch attachment do.
+  // A bad config is one line and false.
+  bool start_from_environment(const std::string& config_path, const RecorderOptions& options = {}) noexcept;
 
   void record(Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept;
   void record_alloc(int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept {

@@ -74,21 +74,11 @@ void on_trace_entry(const TraceEntry& te) noexcept {
 
 // Starts the recorder where no other source did (no CUPTI injection), or joins it.
 bool start_recorder(const char* device_name) {
-  const EnvLookup env = process_env();
-  const LaunchInfo launch = detect_launch(env);
-  log::set_rank(launch.rank);
-  Config config;
-  try {
-    config = load_config("", env);
-  } catch (const ConfigError& e) {
-    log::write(log::Level::warn, std::string(e.what()) + "; this run is not recorded, the job goes on");
-    return false;
-  }
   RecorderOptions options;
   options.source = "torch_tracker";
   options.device_name = device_name != nullptr ? device_name : "";
   options.trim_modules = {"libmemsnap_pytorch", "libc10_cuda", "libc10.so"};
-  if (!Recorder::global().start(config, launch, options)) return false;
+  if (!Recorder::global().start_from_environment("", options)) return false;
   if (wants_python(Recorder::global().stack_mode())) {
     if (state().python_probed) {
       state().python_stacks.store(true);
