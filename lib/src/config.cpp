@@ -139,7 +139,8 @@ const std::vector<std::string>& config_keys() {
   static const std::vector<std::string> keys = {
       "skip_batches", "interval",     "repeat",       "folder",     "filename",
       "remote_file_name", "overwrite", "max_entries", "stacks",     "stack_depth",
-      "stack_min_bytes", "batch_marker", "oom_snapshot", "run_name", "enabled", "torch_attachment"};
+      "stack_min_bytes", "batch_marker", "oom_snapshot", "run_name", "enabled", "torch_attachment",
+      "background_writes"};
   return keys;
 }
 
@@ -258,6 +259,8 @@ Config config_from_json(const json& object, const Config& base, std::string_view
       c.enabled = as_bool(v, key, origin);
     } else if (key == "torch_attachment") {
       c.torch_attachment = as_bool(v, key, origin);
+    } else if (key == "background_writes") {
+      c.background_writes = as_bool(v, key, origin);
     } else {
       std::string known;
       for (const auto& k : config_keys()) known += (known.empty() ? "" : ", ") + k;
@@ -295,7 +298,8 @@ json config_to_json(const Config& c) {
               {"oom_snapshot", c.oom_snapshot},
               {"run_name", c.run_name},
               {"enabled", c.enabled},
-              {"torch_attachment", c.torch_attachment}};
+              {"torch_attachment", c.torch_attachment},
+              {"background_writes", c.background_writes}};
 }
 
 json read_config_file(const std::string& path) {

@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
@@ -204,6 +205,7 @@ __attribute__((tls_model("initial-exec"))) thread_local ThreadCache t_cache = {n
 // Event::flags in the thread buffers only; cleared when drained.
 constexpr std::uint8_t kFromAllocatorTrace = 1;
 constexpr std::uint8_t kDropped = 2;  // the drain's mark on CUPTI's copy of an allocator segment event
+constexpr std::uint8_t kBatchMark = 4;  // a batch ends here (end_batch()): not an event, a place in the stream
 
 // 1: the segment gains memory (segment_alloc, segment_map), 2: loses it, 0: not a segment event.
 int segment_kind(Action a) {
@@ -307,6 +309,17 @@ struct Recorder::Impl {
   };
   std::vector<Run> runs;  // the drain's rings with events, reused
 
+  // The writer thread (config.background_writes): a batch end, or a ring half full, wakes it; it
+  // drains, writes and syncs, so the job's threads only fill their rings. Started at the first
+  // batch end; without it the thread that ends a batch drains in place.
+  std::mutex writer_mutex;  // its start and stop
+  pthread_t writer{};
+  bool writer_started = false;  // under writer_mutex
+  bool writer_refused = false;  // stopped, or it could not start
+  std::atomic<bool> writer_running{false};
+  std::atomic<bool> writer_quit{false};
+  std::atomic<std::uint32_t> writer_wake{0};
+
   // Native stacks: raw return-address stacks interned by value; symbolised when written.
   std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackKeyHash> stack_ids;
   std::vector<std::vector<std::uintptr_t>> raw_stacks;
@@ -320,6 +333,66 @@ struct Recorder::Impl {
 
   void push(const void* owner, Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
             std::uint8_t flags, std::span<const std::uintptr_t> foreign);
+
+  void wake_writer() noexcept {
+    writer_wake.fetch_add(1, std::memory_order_release);
+    writer_wake.notify_one();
+  }
+
+  static void* writer_main(void* arg) {
+    auto* s = static_cast<Impl*>(arg);
+    t_in_hook = true;  // what this thread allocates is memsnap's own, never recorded
+    std::uint32_t seen = 0;
+    for (;;) {
+      s->writer_wake.wait(seen, std::memory_order_acquire);
+      seen = s->writer_wake.load(std::memory_order_acquire);
+      if (s->writer_quit.load()) break;
+      try {
+        std::lock_guard lock(s->mutex);
+        if (s->active.load()) s->drain(true);
+      } catch (...) {
+        log::once(s->warned_internal, log::Level::warn, "internal error in memsnap's writer; recording stops, the job goes on");
+        s->active.store(false);
+      }
+    }
+    return nullptr;
+  }
+
+  // True while the writer thread runs; starts it on the first call that wants it.
+  bool writer_up() {
+    if (writer_running.load(std::memory_order_acquire)) return true;
+    if (!config.background_writes) return false;  // set before `active`, constant after
+    std::lock_guard lock(writer_mutex);
+    if (writer_started || writer_refused) return writer_running.load();
+    // Signals are for the job's threads: this one blocks them all.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    const int rc = pthread_create(&writer, nullptr, &Impl::writer_main, this);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (rc != 0) {
+      writer_refused = true;
+      log::write(log::Level::warn, std::string("cannot start memsnap's writer thread (") + std::strerror(rc) +
+                                       "); batches are written on the job's own thread");
+      return false;
+    }
+    pthread_setname_np(writer, "memsnap-writer");
+    writer_started = true;
+    writer_running.store(true, std::memory_order_release);
+    return true;
+  }
+
+  // Ends the writer thread; what it left in the rings is drained by the caller.
+  void stop_writer() {
+    std::lock_guard lock(writer_mutex);
+    writer_refused = true;
+    if (!writer_started) return;
+    writer_running.store(false);
+    writer_quit.store(true);
+    wake_writer();
+    pthread_join(writer, nullptr);
+    writer_started = false;
+  }
 
   ThreadBuffer* buffer_for_this_thread(const void* owner) {
     if (t_cache.owner == owner && t_cache.epoch == epoch && t_cache.buffer != nullptr) return t_cache.buffer;
@@ -508,18 +581,21 @@ struct Recorder::Impl {
       runs.push_back(Run{b, tail, head});
     }
     if (runs.empty()) return;
-    const bool keep_history = window_open || config.oom_snapshot;
     auto take = [&](Run& r) {
       const std::size_t slot = r.next & (ThreadBuffer::kCapacity - 1);
       ++r.next;
       Event e = r.b->events[slot];
       if ((e.flags & kDropped) != 0) return;
+      if ((e.flags & kBatchMark) != 0) {
+        end_batch_at(e.time_ns);  // the events before it in time are in; those after are not yet
+        return;
+      }
       e.flags = 0;
       if (r.b->depth_limit > 0 && r.b->depth[slot] > 0) {
         e.stack_id = intern_stack(r.b->pcs.get() + slot * r.b->depth_limit, r.b->depth[slot]);
       }
       apply_live(e);
-      if (keep_history) history->push(e);
+      if (window_open || config.oom_snapshot) history->push(e);
       ++events_seen;
     };
     if (runs.size() == 1) {
@@ -667,10 +743,10 @@ struct Recorder::Impl {
     }
   }
 
-  bool close_window(std::int64_t batch_end, bool oom) {
+  bool close_window(std::int64_t batch_end, bool oom, std::int64_t time) {
     const auto dropped = history->dropped();
     const bool ok = flush_history() && write_new_stacks() && spill.write_segments(window_id, segment_state()) &&
-                    spill.write_window_close(window_id, batch_end, now_ns(), oom, dropped) && spill.sync();
+                    spill.write_window_close(window_id, batch_end, time, oom, dropped) && spill.sync();
     dropped_total += dropped;
     history->clear();
     window_open = false;
@@ -699,9 +775,34 @@ struct Recorder::Impl {
       return false;
     }
     window_open = true;
-    const bool ok = close_window(batch, oom);
+    const bool ok = close_window(batch, oom, now_ns());
     // The history keeps feeding later OOM snapshots.
     return ok;
+  }
+
+  // A batch mark reached the drain at `time`: the batch that was running ends there.
+  // Whether it still records is the spill's state, not `active`: stop() clears that first and
+  // then drains the marks still in the rings.
+  void end_batch_at(std::int64_t time) {
+    if (!spill.is_open()) return;
+    const std::int64_t ended = batch;
+    if (window_open) {
+      if (policy.closes_at(ended)) {
+        close_window(ended, false, time);
+      } else if (!flush_history()) {
+        fail_io();
+        return;
+      }
+    }
+    batch = ended + 1;
+    if (!spill.is_open()) return;  // the close failed
+    if (policy.opens_at(batch)) {
+      open_window(time);
+    } else if (window_open) {
+      if (!spill.write_batch(window_id, BatchMark{batch, time})) fail_io();
+    } else if (!config.oom_snapshot) {
+      history->clear();
+    }
   }
 };
 
@@ -723,6 +824,7 @@ void disable_in_fork_child() {
   if (Recorder::Impl* impl = g_global_impl.load()) {
     impl->in_fork_child.store(true);
     impl->active.store(false);
+    impl->writer_running.store(false);  // the writer thread is not copied
   }
 }
 }  // namespace
@@ -896,10 +998,13 @@ void Recorder::Impl::push(const void* owner, Action action, int device, std::uin
                           std::uint64_t stream, std::uint8_t flags, std::span<const std::uintptr_t> foreign) {
   ThreadBuffer* b = buffer_for_this_thread(owner);
   const std::uint64_t head = b->head.load(std::memory_order_relaxed);
-  if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) [[unlikely]] {
+  const std::uint64_t used = head - b->tail.load(std::memory_order_acquire);
+  if (used >= ThreadBuffer::kCapacity) [[unlikely]] {
     std::lock_guard lock(mutex);
     // Another thread's drain may have emptied this ring while this one waited for the lock.
     if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) drain(true);
+  } else if (used == ThreadBuffer::kCapacity / 2 && writer_running.load(std::memory_order_relaxed)) [[unlikely]] {
+    wake_writer();  // a long batch: drained while it runs, so this thread need not
   }
   const std::size_t slot = head & (ThreadBuffer::kCapacity - 1);
   Event& e = b->events[slot];
@@ -913,7 +1018,7 @@ void Recorder::Impl::push(const void* owner, Action action, int device, std::uin
   e.flags = flags;
   if (b->depth_limit > 0) {
     int depth = 0;
-    if (stack_min_bytes == 0 || (gains_memory(action) && size >= stack_min_bytes)) {
+    if ((flags & kBatchMark) == 0 && (stack_min_bytes == 0 || (gains_memory(action) && size >= stack_min_bytes))) {
       std::uintptr_t* out = b->pcs.get() + slot * b->depth_limit;
       if (native_stacks) depth = stacks::capture(out, stack_depth);
       const int room = b->depth_limit - depth;
@@ -993,7 +1098,7 @@ void Recorder::record_oom(int device, std::uint64_t requested, std::uint64_t dev
                                      std::to_string(s.batch) + " (requested " + std::to_string(requested) +
                                      " bytes, " + std::to_string(device_free) + " free); writing the window now");
     if (s.window_open) {
-      s.close_window(s.batch, true);
+      s.close_window(s.batch, true, now_ns());
     } else if (s.config.oom_snapshot) {
       s.write_adhoc_window(true);
     }
@@ -1020,28 +1125,15 @@ void Recorder::end_batch() noexcept {
   if (!s.active.load() || t_in_hook) return;
   HookGuard guard;
   try {
+    // The batch ends here in this thread's stream of events; whoever drains next ends it there:
+    // the writer thread, woken now, or this thread.
+    s.push(this, Action::snapshot, -1, 0, 0, 0, kBatchMark, {});
+    if (s.writer_up()) {
+      s.wake_writer();
+      return;
+    }
     std::lock_guard lock(s.mutex);
-    if (!s.active.load()) return;
-    s.drain();
-    const std::int64_t ended = s.batch;
-    if (s.window_open) {
-      if (s.policy.closes_at(ended)) {
-        s.close_window(ended, false);
-      } else if (!s.flush_history()) {
-        s.fail_io();
-        return;
-      }
-    }
-    s.batch = ended + 1;
-    const std::int64_t t = now_ns();
-    if (!s.active.load()) return;
-    if (s.policy.opens_at(s.batch)) {
-      s.open_window(t);
-    } else if (s.window_open) {
-      if (!s.spill.write_batch(s.window_id, BatchMark{s.batch, t})) s.fail_io();
-    } else if (!s.config.oom_snapshot) {
-      s.history->clear();
-    }
+    if (s.active.load()) s.drain();
   } catch (...) {
     log::once(s.warned_internal, log::Level::warn, "internal error at a batch step; recording stops, the job goes on");
     s.active.store(false);
@@ -1056,7 +1148,7 @@ bool Recorder::dump() noexcept {
     std::lock_guard lock(s.mutex);
     if (!s.active.load()) return false;
     s.drain();
-    return s.window_open ? s.close_window(s.batch, false) : s.write_adhoc_window(false);
+    return s.window_open ? s.close_window(s.batch, false, now_ns()) : s.write_adhoc_window(false);
   } catch (...) {
     log::once(s.warned_internal, log::Level::warn, "internal error at a dump; recording stops, the job goes on");
     s.active.store(false);
@@ -1069,6 +1161,7 @@ void Recorder::stop() noexcept {
   if (t_in_hook || s.in_fork_child.load()) return;
   HookGuard guard;
   try {
+    s.stop_writer();  // outside the lock, which the writer takes
     std::lock_guard lock(s.mutex);
     if (s.stopped || !s.started) return;
     s.stopped = true;
@@ -1076,7 +1169,7 @@ void Recorder::stop() noexcept {
     if (!was_active || !s.spill.is_open()) return;
     s.drain();
     // A window still open when the job ends closes at the batch that was running.
-    if (s.window_open && !s.close_window(s.batch, false)) return;
+    if (s.window_open && !s.close_window(s.batch, false, now_ns())) return;
     if (!s.spill.write_end(process_used_mpi()) || !s.spill.sync()) {
       s.fail_io();
       return;

@@ -6,6 +6,8 @@
 // captured stack, the rest of the hot path included.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <unistd.h>
@@ -21,7 +23,7 @@ using memsnap::Recorder;
 struct Fixture {
   std::filesystem::path dir;
   std::unique_ptr<Recorder> recorder;
-  void set_up(memsnap::StackMode stacks, bool in_window = true) {
+  void set_up(memsnap::StackMode stacks, bool in_window = true, bool background_writes = true) {
     dir = std::filesystem::temp_directory_path() / ("memsnap-bench-" + std::to_string(getpid()));
     std::filesystem::remove_all(dir);
     Config c;
@@ -34,6 +36,7 @@ struct Fixture {
     c.stacks = stacks;
     c.max_entries = 1 << 20;
     c.overwrite = true;
+    c.background_writes = background_writes;
     recorder = std::make_unique<Recorder>();
     recorder->start(c, memsnap::LaunchInfo{});
   }
@@ -55,6 +58,7 @@ Fixture g_fixture;
 void set_up_no_stacks(const benchmark::State&) { g_fixture.set_up(memsnap::StackMode::none); }
 void set_up_native(const benchmark::State&) { g_fixture.set_up(memsnap::StackMode::native); }
 void set_up_outside_windows(const benchmark::State&) { g_fixture.set_up(memsnap::StackMode::none, false); }
+void set_up_in_place(const benchmark::State&) { g_fixture.set_up(memsnap::StackMode::none, true, false); }
 void tear_down(const benchmark::State&) { g_fixture.tear_down(); }
 
 void record_loop(benchmark::State& state) {
@@ -88,6 +92,41 @@ void BM_RecordAllocFree_NoStacksOutsideWindows(benchmark::State& state) { record
 void BM_RecordAllocFree_NativeStacks(benchmark::State& state) { record_loop(state); }
 void BM_RecordAllocFree_NativeStacksFramePointers(benchmark::State& state) { record_deep(state, 40); }
 
+// One training batch per iteration: 1800 alloc/free pairs (3,600 events, about one step of a
+// 12-layer transformer under PyTorch's caching allocator), then the batch end; every batch is
+// a window's end (written and synced). Counters, on the job's thread: per_event, the events'
+// time per event; batch_end_us, the mean time step() took; batch_end_max_us, the longest.
+// Between batches the thread "computes" for 5 ms (untimed), as a step's kernels would keep it
+// busy: without it the writes (an fsync per window) would be the whole loop.
+// _Writer is the default (background_writes), _InPlace the job's thread doing the writes.
+void batch_loop(benchmark::State& state) {
+  using clock = std::chrono::steady_clock;
+  Recorder& r = *g_fixture.recorder;
+  std::uint64_t addr = 0x1000;
+  clock::duration events{}, ends{}, worst{};
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    for (int i = 0; i < 1800; ++i) {
+      allocate_in_model(r, addr);
+      addr += 4096;
+    }
+    const auto t1 = clock::now();
+    r.step();
+    const auto t2 = clock::now();
+    events += t1 - t0;
+    ends += t2 - t1;
+    worst = std::max(worst, t2 - t1);
+    while (clock::now() - t2 < std::chrono::milliseconds(5)) benchmark::ClobberMemory();
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.SetItemsProcessed(state.iterations() * 3600);
+  state.counters["per_event"] = std::chrono::duration<double, std::nano>(events).count() / (n * 3600);
+  state.counters["batch_end_us"] = std::chrono::duration<double, std::micro>(ends).count() / n;
+  state.counters["batch_end_max_us"] = std::chrono::duration<double, std::micro>(worst).count();
+}
+void BM_Batch3600_Writer(benchmark::State& state) { batch_loop(state); }
+void BM_Batch3600_InPlace(benchmark::State& state) { batch_loop(state); }
+
 // The cost when memsnap is linked but not recording (before init or after stepping aside).
 void BM_RecordInactive(benchmark::State& state) {
   static Recorder idle;
@@ -103,6 +142,8 @@ BENCHMARK(BM_RecordAllocFree_NoStacks)->Setup(set_up_no_stacks)->Teardown(tear_d
 BENCHMARK(BM_RecordAllocFree_NoStacksOutsideWindows)->Setup(set_up_outside_windows)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
 BENCHMARK(BM_RecordAllocFree_NativeStacks)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
 BENCHMARK(BM_RecordAllocFree_NativeStacksFramePointers)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->UseRealTime();
+BENCHMARK(BM_Batch3600_Writer)->Setup(set_up_no_stacks)->Teardown(tear_down)->UseRealTime();
+BENCHMARK(BM_Batch3600_InPlace)->Setup(set_up_in_place)->Teardown(tear_down)->UseRealTime();
 BENCHMARK(BM_RecordInactive);
 
 }  // namespace

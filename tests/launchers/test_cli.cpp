@@ -149,7 +149,8 @@ TEST(Cli, TheDemoNamesLeakRank3UnshardedRank0AndSpikeOnRank2Batch3) {
 // record up to the kill is in the store and the report, and nothing hangs.
 TEST(Cli, ARankKilledMidWindowIsReportedWithWhatItRecorded) {
   test::TempDir dir;
-  test::write_file(dir / "m.yaml", "run_name: t\nfolder: " + (dir / "run").string() + "\nrepeat: 1\n");
+  // Batches written on the job's own thread: batch 5 is on disk when batch 6 kills the rank.
+  test::write_file(dir / "m.yaml", "run_name: t\nfolder: " + (dir / "run").string() + "\nrepeat: 1\nbackground_writes: false\n");
   const auto r = sh(kMpirun + " -np 4 " + kMemsnap + " run --config " + (dir / "m.yaml").string() + " -- " + kSim +
                     " --step-us 0 --batches 8 --layers 2 --hidden 256 --kill 2:6");
   EXPECT_NE(r.code, 0) << "the job failed, as it did: " << r.out;

@@ -98,6 +98,15 @@ TEST(Config, EnvironmentOverridesTheFile) {
   EXPECT_EQ(c.stacks, StackMode::native);
 }
 
+TEST(Config, BackgroundWritesIsOnUnlessTurnedOff) {
+  EXPECT_TRUE(Config{}.background_writes);
+  test::TempDir dir;
+  test::write_file(dir / "m.yaml", "background_writes: false\n");
+  EXPECT_FALSE(load_config((dir / "m.yaml").string(), env_of({})).background_writes);
+  EXPECT_TRUE(load_config((dir / "m.yaml").string(), env_of({{"MEMSNAP_BACKGROUND_WRITES", "true"}})).background_writes);
+  EXPECT_NE(error_of("background_writes: later\n").find("true or false"), std::string::npos);
+}
+
 TEST(Config, BadValueNamesKeyValueAndWhatIsAllowed) {
   const std::string e = error_of("interval: 3ep\n");
   EXPECT_NE(e.find("'interval'"), std::string::npos) << e;

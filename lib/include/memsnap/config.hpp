@@ -42,6 +42,7 @@ struct Config {
   std::string run_name;             // empty: derived from the launcher's job id
   bool enabled = true;
   bool torch_attachment = true;     // `memsnap run`: attach to PyTorch's allocator where torch is imported
+  bool background_writes = true;    // batch ends drained and written by memsnap's own thread, not the job's
 
   bool operator==(const Config&) const = default;
 };
