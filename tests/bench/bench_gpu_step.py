@@ -8,7 +8,8 @@ One mode per process (tests/gpu/run.sh and tests/gpu/torch_attachment.sh run the
   --mode torch_state  the same with enabled="state" (live blocks' stacks, no trace)
   --mode empty_tracker  a trace tracker that does nothing: what any tracker costs PyTorch itself
 A 12-layer bf16 transformer, NVTX range "step" around each batch, `--warmup` untimed then
-`--steps` timed batches; prints one JSON line with the median and p90 ms per step.
+`--steps` timed batches; prints one JSON line with the median and p90 ms per step, and the median
+time this thread spent before it waited for the GPU (host work a GPU-bound step hides).
 """
 import argparse
 import json
@@ -56,7 +57,7 @@ def main():
         torch.cuda.memory._record_memory_history(max_entries=100000)
     elif args.mode == "torch_state":
         torch.cuda.memory._record_memory_history(enabled="state")
-    times = []
+    times, host = [], []
     allocs_before = 0
     for i in range(args.warmup + args.steps):
         if i == args.warmup:
@@ -70,6 +71,7 @@ def main():
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        host.append((time.perf_counter() - t0) * 1e3)  # this thread's work, before waiting on the GPU
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.nvtx.range_pop()
@@ -82,6 +84,7 @@ def main():
         "backend": torch.cuda.get_allocator_backend(),
         "median_ms": round(statistics.median(timed), 3),
         "p90_ms": round(sorted(timed)[int(0.9 * (len(timed) - 1))], 3),
+        "host_median_ms": round(statistics.median(host[args.warmup:]), 3),
         "steps": len(timed),
         "allocs_per_step": round(allocs / max(len(timed), 1), 1),
         "events_per_step": round(events / max(len(timed), 1), 1),

@@ -15,6 +15,7 @@ strip --strip-debug -o "$carry/lib/libmemsnap_cupti.so" "$build/lib/libmemsnap_c
 # The PyTorch attachment and its Python module, where the build found a torch (MEMSNAP_TORCH_PREFIX).
 if [ -e "$build/lib/libmemsnap_pytorch.so" ]; then
   strip --strip-debug -o "$carry/lib/libmemsnap_pytorch.so" "$build/lib/libmemsnap_pytorch.so"
+  strip -o "$carry/bin/memsnap_bench_torch_tracker" "$build/bin/memsnap_bench_torch_tracker"
 fi
 rm -rf "$carry/lib/memsnap" && cp -r "$build/lib/memsnap" "$carry/lib/memsnap"
 ln -sf libmemsnap.so.0 "$carry/lib/libmemsnap.so"

@@ -6,7 +6,9 @@
 #   ranks   `mpirun -np 4 memsnap run -- python3 attach_train.py` (4 processes on one GPU, batches
 #           from optimizer steps, Python stacks for allocations >= 1 MiB): every rank's pages, and
 #           findings that name the planted leak, spike and unsharded rank;
-#   cost    a tracker that does nothing, against memsnap's (what a tracker costs PyTorch itself)
+#   cost    ns per trace entry on the allocating thread (tests/bench/bench_torch_tracker.cpp, no
+#           Python in the loop): no tracker, a tracker that does nothing (PyTorch's own cost),
+#           memsnap outside and inside windows, with native stacks; and what a batch end takes
 #   bench   step time (tests/bench/bench_gpu_step.py): no memsnap, the attachment without stacks,
 #           with Python stacks >= 1 MiB, memsnap run's default (CUPTI + attachment), torch's
 #           _record_memory_history (all, state); BENCH_ROUNDS interleaved rounds, BENCH_PIN cpus.
@@ -110,26 +112,46 @@ PY
 fi
 
 if want cost; then
-step "cost: what a trace tracker costs PyTorch itself, against memsnap's ($BENCH_ROUNDS rounds)"
-B="timeout 240 taskset -c ${BENCH_PIN:-2-7} python3 tests/bench/bench_gpu_step.py --warmup 15 --steps ${BENCH_STEPS:-60} --out $OUT/attach_bench.jsonl"
-REC="MEMSNAP_SKIP_BATCHES=0 MEMSNAP_INTERVAL=10 MEMSNAP_REPEAT=-1 MEMSNAP_OVERWRITE=true"
-for r in $(seq ${BENCH_ROUNDS:-5}); do
-  $B --label plain
-  env PYTHONPATH=$PY $B --mode empty_tracker --label empty_tracker
-  env $REC MEMSNAP_FOLDER=$W/b_attach PYTHONPATH=$PY $B --mode attach --label attach_no_stacks
+step "cost: per trace entry on the allocating thread, ${BENCH_ROUNDS:=5} interleaved rounds, pinned to ${BENCH_PIN:=2-7}"
+# tests/bench/bench_torch_tracker.cpp: PyTorch's allocator called from C++ (no interpreter in the
+# loop); no tracker, a tracker that does nothing (PyTorch's own cost), memsnap outside windows,
+# inside windows (every batch written), inside windows with native stacks >= 1 MiB.
+TL=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
+CU=$(dirname "$( (find "$(dirname "$TL")/../nvidia" /usr/local/cuda*/ -name 'libcudart.so.13' 2>/dev/null; echo /x/x) | head -1)")
+[ -x $C/bin/memsnap_bench_torch_tracker ] || fail "memsnap_bench_torch_tracker was not staged"
+T="env LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$TL:$CU timeout 120 taskset -c $BENCH_PIN $C/bin/memsnap_bench_torch_tracker --out $OUT/tracker_bench.jsonl"
+IN="MEMSNAP_SKIP_BATCHES=0 MEMSNAP_INTERVAL=10 MEMSNAP_REPEAT=-1 MEMSNAP_OVERWRITE=true"
+for r in $(seq $BENCH_ROUNDS); do
+  $T --mode plain
+  $T --mode empty_tracker
+  env MEMSNAP_SKIP_BATCHES=100000 MEMSNAP_OVERWRITE=true MEMSNAP_FOLDER=$W/t_out $T --mode attach --label attach_outside_windows
+  env $IN MEMSNAP_FOLDER=$W/t_in $T --mode attach --label attach_in_windows
+  env $IN MEMSNAP_FOLDER=$W/t_st MEMSNAP_STACKS=native MEMSNAP_STACK_MIN_BYTES=1048576 $T --mode attach --label attach_in_windows_native_stacks_1MiB
 done
-fi
-
-if want cost || want bench; then
-summarise=1
+python3 - "$OUT/tracker_bench.jsonl" <<'PY' || fail "cost summary"
+import collections, json, statistics, sys
+by = collections.defaultdict(list)
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    by[r["label"]].append(r)
+med = lambda k, key: statistics.median(r[key] for r in by[k])
+low = lambda k, key: min(r[key + "_min"] for r in by[k])
+for k, v in by.items():
+    print(f"{k:38s} n={len(v)} wall ns/entry median {med(k, 'ns_per_entry'):6.1f} (+{med(k, 'ns_per_entry') - med('plain', 'ns_per_entry'):6.1f}) "
+          f"min {low(k, 'ns_per_entry'):6.1f}; cpu median {med(k, 'cpu_ns_per_entry'):6.1f} (+{med(k, 'cpu_ns_per_entry') - med('plain', 'cpu_ns_per_entry'):6.1f}) "
+          f"min {low(k, 'cpu_ns_per_entry'):6.1f}; spread of medians {min(r['ns_per_entry'] for r in v):.1f}-{max(r['ns_per_entry'] for r in v):.1f}; "
+          f"batch end median {med(k, 'batch_end_us_median'):6.1f} us, max {max(r['batch_end_us_max'] for r in v):7.1f} us; events/batch {v[0]['events_per_batch']}")
+PY
 fi
 
 if want bench; then
+summarise=1
 step "bench: step time, ${BENCH_ROUNDS:=5} interleaved rounds, pinned to ${BENCH_PIN:=2-7}"
 B="timeout 240 taskset -c $BENCH_PIN python3 tests/bench/bench_gpu_step.py --warmup 15 --steps ${BENCH_STEPS:-60} --out $OUT/attach_bench.jsonl"
 REC="MEMSNAP_SKIP_BATCHES=0 MEMSNAP_INTERVAL=10 MEMSNAP_REPEAT=-1 MEMSNAP_OVERWRITE=true"
 for r in $(seq $BENCH_ROUNDS); do
   $B --label plain
+  env MEMSNAP_TORCH_ATTACHMENT=0 PYTHONPATH=$PY $B --mode empty_tracker --label empty_tracker
   env $REC MEMSNAP_FOLDER=$W/b_attach PYTHONPATH=$PY $B --mode attach --label attach_no_stacks
   env $REC MEMSNAP_FOLDER=$W/b_py PYTHONPATH=$PY MEMSNAP_STACKS=python MEMSNAP_STACK_MIN_BYTES=1048576 $B --mode attach --label attach_python_stacks_1MiB
   env $REC MEMSNAP_FOLDER=$W/b_run$r $MS run --no-aggregate -- $B --label memsnap_run_cupti_and_attach
@@ -151,8 +173,9 @@ for k, v in by.items():
     med = [r["median_ms"] for r in v]
     m, lo = statistics.median(med), min(med)
     ev = [r.get("events_per_step") for r in v if r.get("events_per_step")]
+    host = statistics.median(r.get("host_median_ms", 0) for r in v)
     print(f"{k:30s} n={len(v)} median {m:7.3f} ms ({100*(m/base-1):+5.2f} %)  min {lo:7.3f} ms ({100*(lo/base_min-1):+5.2f} %)"
-          f"  spread {min(med):.2f}-{max(med):.2f}  events/step {ev[0] if ev else '-'}")
+          f"  spread {min(med):.2f}-{max(med):.2f}  host {host:6.3f} ms  events/step {ev[0] if ev else '-'}")
 PY
 fi
 
