@@ -288,10 +288,48 @@ bool SpillWriter::sync() {
 
 namespace {
 
+// Events are most of a spill's bytes: appended by copy alone (ByteReader::items would resize,
+// value-initialising every event, then copy over it), into a vector reserved for its window.
+void append_events(ByteReader& d, std::span<const char> payload, std::vector<Event>& out) {
+  const auto n = d.get<std::uint32_t>();
+  if (n > d.remaining() / sizeof(Event)) throw ByteReader::Short{};
+  const char* p = payload.data() + (payload.size() - d.remaining());
+  for (std::uint32_t i = 0; i < n; ++i, p += sizeof(Event)) {
+    Event e;
+    std::memcpy(static_cast<void*>(&e), p, sizeof(Event));
+    out.push_back(e);
+  }
+}
+
+// Events each window announces, from the record heads alone (unchecked: only a reservation, at
+// most what the file's bytes can hold), so its vector grows once, not by doubling.
+std::map<std::uint32_t, std::size_t> announced_events(std::span<const char> bytes) {
+  std::map<std::uint32_t, std::size_t> counts;
+  for (std::size_t pos = kSpillHeaderBytes; bytes.size() - pos >= kRecordHeaderBytes;) {
+    std::uint32_t head[2];
+    std::memcpy(head, bytes.data() + pos, sizeof head);
+    if (head[1] > bytes.size() - pos - kRecordHeaderBytes) break;
+    if (static_cast<SpillRecord>(head[0]) == SpillRecord::events && head[1] >= 8) {
+      std::uint32_t prefix[2];
+      std::memcpy(prefix, bytes.data() + pos + kRecordHeaderBytes, sizeof prefix);
+      counts[prefix[0]] += std::min<std::size_t>(prefix[1], (head[1] - 8) / sizeof(Event));
+    }
+    pos += kRecordHeaderBytes + head[1];
+  }
+  return counts;
+}
+
+// What the reader keeps beside the record it rebuilds.
+struct ReadState {
+  std::map<std::uint32_t, std::size_t> window_index;  // window id -> index in RankRecord::windows
+  std::map<std::uint32_t, std::size_t> reserve;       // window id -> events announced
+  std::vector<std::vector<Event>> spare;              // event vectors of an earlier record, reused
+};
+
 // Applies one record's payload to the record being rebuilt. Throws ByteReader::Short when the
 // payload is shorter than its own counts say, and std::runtime_error for inconsistent content.
-void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& out,
-                  std::map<std::uint32_t, std::size_t>& window_index) {
+void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& out, ReadState& state) {
+  auto& window_index = state.window_index;
   ByteReader d(payload);
   auto window_of = [&](std::uint32_t id) -> WindowRecord& {
     auto it = window_index.find(id);
@@ -327,6 +365,14 @@ void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& o
       w.batch_end = w.batch_start;
       w.open_time_ns = r.time_ns;
       w.status = RecordStatus::truncated;  // until its close record is read
+      if (auto it = state.reserve.find(r.window); it != state.reserve.end()) {
+        if (!state.spare.empty()) {
+          w.events = std::move(state.spare.back());
+          state.spare.pop_back();
+          w.events.clear();
+        }
+        w.events.reserve(it->second);
+      }
       window_index[r.window] = out.windows.size();
       out.windows.push_back(std::move(w));
       break;
@@ -335,7 +381,7 @@ void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& o
       d.items(window_of(d.get<std::uint32_t>()).live_at_start);
       break;
     case SpillRecord::events:
-      d.items(window_of(d.get<std::uint32_t>()).events);
+      append_events(d, payload, window_of(d.get<std::uint32_t>()).events);
       break;
     case SpillRecord::batch: {
       const auto r = d.value<BatchRecord>();
@@ -391,9 +437,7 @@ void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& o
   }
 }
 
-}  // namespace
-
-RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name) {
+RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name, ReadState& state) {
   RankRecord out;
   out.path = name;
   const std::size_t magic_bytes = std::min<std::size_t>(bytes.size(), 8);
@@ -414,7 +458,7 @@ RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name
                      std::to_string(kSpillVersion) + ")");
   }
 
-  std::map<std::uint32_t, std::size_t> window_index;
+  state.reserve = announced_events(bytes);
   bool ended = false;
   std::size_t pos = kSpillHeaderBytes;
   auto stop = [&](RecordStatus status, const std::string& why) {
@@ -448,7 +492,7 @@ RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name
       break;
     }
     try {
-      apply_record(type, payload, out, window_index);
+      apply_record(type, payload, out, state);
     } catch (const ByteReader::Short&) {
       stop(RecordStatus::corrupt, "a record shorter than its own counts");
       break;
@@ -476,7 +520,23 @@ RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name
   return out;
 }
 
-RankRecord read_spill(const std::filesystem::path& path) {
+}  // namespace
+
+RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name) {
+  ReadState state;
+  return read_spill_bytes(bytes, name, state);
+}
+
+RankRecord read_spill(const std::filesystem::path& path) { return read_spill(path, RankRecord{}); }
+
+RankRecord read_spill(const std::filesystem::path& path, RankRecord&& reuse) {
+  ReadState state;
+  for (auto& w : reuse.windows) {
+    if (w.events.capacity() > 0) state.spare.push_back(std::move(w.events));
+  }
+  std::sort(state.spare.begin(), state.spare.end(),
+            [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });  // largest first out
+  reuse = RankRecord{};
   // Mapped, not copied: the reader's memory is the record it builds, not twice the file.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw SpillError(path.string() + ": cannot open (" + std::strerror(errno) + ")");
@@ -489,9 +549,10 @@ RankRecord read_spill(const std::filesystem::path& path) {
   const auto size = static_cast<std::size_t>(st.st_size);
   if (size == 0) {
     ::close(fd);
-    return read_spill_bytes({}, path.string());
+    return read_spill_bytes({}, path.string(), state);
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  // Populated: the whole file is read anyway, and one fault per page costs more than the copy.
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   ::close(fd);
   if (map == MAP_FAILED) throw SpillError(path.string() + ": cannot map (" + std::strerror(errno) + ")");
   struct Unmap {
@@ -499,7 +560,7 @@ RankRecord read_spill(const std::filesystem::path& path) {
     std::size_t n;
     ~Unmap() { ::munmap(p, n); }
   } unmap{map, size};
-  return read_spill_bytes(std::span(static_cast<const char*>(map), size), path.string());
+  return read_spill_bytes(std::span(static_cast<const char*>(map), size), path.string(), state);
 }
 
 bool write_spill(const RankRecord& r, const std::filesystem::path& path, std::string& error) {

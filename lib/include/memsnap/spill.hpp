@@ -129,6 +129,9 @@ class SpillError : public std::runtime_error {
 // Reads a whole spill. Damage is not an exception: the result holds every complete record before
 // it, with status truncated or corrupt and status_detail naming the byte offset.
 RankRecord read_spill(const std::filesystem::path& path);
+// The same, reusing the memory of `reuse`'s event vectors: a reader of spill after spill (the
+// aggregator) touches fresh pages, a fault each, only for the first.
+RankRecord read_spill(const std::filesystem::path& path, RankRecord&& reuse);
 RankRecord read_spill_bytes(std::span<const char> bytes, const std::string& name);
 
 // Writes a whole record as one spill (import, tests): every window closed, an END record.
