@@ -16,11 +16,13 @@
 // spills and before the gather.
 #include "memsnap/aggregate.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -249,18 +251,42 @@ struct CoreOptions {
   std::ostream* log = nullptr;
   AggregateStats* stats = nullptr;
   const char* verb = "memsnap aggregate";
+  bool widen_binding = false;  // see threads_per_rank
 };
+
+/// CPUs the calling thread may run on.
+unsigned cpus_allowed() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, CPU_COUNT(&set));
+}
 
 /// Compression threads for each aggregator rank: the node's cores shared out among the
 /// aggregator ranks on it (collective).
-unsigned threads_per_rank(const mpi::Comm& comm) {
+///
+/// mpirun binds each rank to one core by default (Open MPI with -np 1 or 2), right for a
+/// one-thread compute rank, but an aggregator rank runs threads of its own: bound, they all
+/// share that core (measured: -np 1 ran at the speed of one core with two compression threads).
+/// With `widen`, a rank bound to fewer CPUs than its share lets its threads run on all of the
+/// node's; otherwise (in-job, inside the user's program) its threads fit the CPUs it has.
+unsigned threads_per_rank(const mpi::Comm& comm, bool widen) {
   MPI_Comm node = MPI_COMM_NULL;
   mpi::check(MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
   int on_node = 1;
   MPI_Comm_size(node, &on_node);
   MPI_Comm_free(&node);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::max(1u, cores / static_cast<unsigned>(std::max(on_node, 1)));
+  const unsigned share = std::max(1u, cores / static_cast<unsigned>(std::max(on_node, 1)));
+  if (cpus_allowed() >= share) return share;
+  if (widen) {
+    // This thread only: the threads it starts next inherit the mask; MPI's own stay bound.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (unsigned c = 0; c < cores && c < CPU_SETSIZE; ++c) CPU_SET(c, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) == 0 && cpus_allowed() >= share) return share;
+  }
+  return cpus_allowed();
 }
 
 /// Everything after the plan: local work, gather, rank 0's decision, broadcast of the outcome.
@@ -269,7 +295,7 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
   ProcessOptions po;
   po.top_sites = o.top_sites;
   po.deflate = o.deflate;
-  po.threads = o.threads != 0 ? o.threads : threads_per_rank(comm);
+  po.threads = o.threads != 0 ? o.threads : threads_per_rank(comm, o.widen_binding);
   po.part_dir = plan.tmp / store_data_dir(plan.output).filename();
   Progress progress(comm, plan.progress, total);
 
@@ -283,20 +309,40 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
       throw AggregateError("injected fault (MEMSNAP_AGGREGATE_TEST_FAULT)");
     }
     const auto start = std::chrono::steady_clock::now();
-    for (const auto& in : mine) {
-      results.push_back(process_item(in, po));
+    StoreWriteOptions wo;
+    wo.deflate = po.deflate;
+    wo.threads = po.threads;
+    RankFileWriter writer(wo);
+    // The next input is read and analysed on a thread of its own while this one's rank file is
+    // written (this thread alone calls HDF5 and MPI). Two records at most are held; the one just
+    // written lends its memory to the next read.
+    RankRecord spare;
+    std::future<LoadedItem> next;
+    auto load = [&](std::size_t k) {
+      next = std::async(std::launch::async, [&po, in = mine[k], reuse = std::move(spare)]() mutable {
+        return load_item(in, po, std::move(reuse));
+      });
+      spare = RankRecord{};
+    };
+    if (!mine.empty()) load(0);
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      LoadedItem item = next.get();
+      if (k + 1 < mine.size()) load(k + 1);
+      write_item(item, po, writer);
+      results.push_back(std::move(item.result));
       ++done;
       if (o.stats != nullptr) {
         std::error_code ec;
         o.stats->spills++;
-        if (!in.spill.empty()) o.stats->spill_bytes += fs::file_size(in.spill, ec);
+        if (!mine[k].spill.empty()) o.stats->spill_bytes += fs::file_size(mine[k].spill, ec);
         for (const auto& row : results.back().rows) o.stats->events += row.n_events;
       }
       progress.add(1);
+      if (item.owned) spare = std::move(*item.owned);
     }
     if (o.stats != nullptr) {
       o.stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      o.stats->threads = po.threads;
+      o.stats->threads = writer.threads();
     }
   } catch (const std::exception& e) {
     fatal = "aggregator rank " + std::to_string(comm.rank()) + " failed: " + e.what();
@@ -428,6 +474,7 @@ int aggregate(const AggregateOptions& options, MPI_Comm parent) {
   o.top_sites = options.top_sites;
   o.deflate = options.deflate;
   o.threads = options.threads;
+  o.widen_binding = true;
   o.log = options.log;
   o.stats = options.stats;
   run_collective(comm, plan, mine, plan.files.size(), o);

@@ -65,11 +65,13 @@ SummaryRow status_row(const RankInfo& info) {
 std::string part_file_name(std::uint32_t index) { return "part" + std::to_string(index) + ".h5"; }
 std::string rank_file_name(int rank) { return "rank" + std::to_string(rank) + ".h5"; }
 
-ItemResult process_item(const ItemInput& in, const ProcessOptions& o) {
-  ItemResult it;
+LoadedItem load_item(const ItemInput& in, const ProcessOptions& o, RankRecord&& reuse) {
+  LoadedItem loaded;
+  ItemResult& it = loaded.result;
   it.index = in.index;
-  std::optional<RankRecord> owned;
+  std::optional<RankRecord>& owned = loaded.owned;
   const RankRecord* rec = in.record;
+  loaded.external = in.record;
   if (rec != nullptr) {
     it.name = "the in-memory record of rank " + std::to_string(rec->meta.rank);
     it.spill = fs::path(rec->path).filename().string();
@@ -78,16 +80,16 @@ ItemResult process_item(const ItemInput& in, const ProcessOptions& o) {
     it.spill = in.spill.filename().string();
     it.rank = rank_from_file_name(it.spill);
     try {
-      owned = read_spill(in.spill);
+      owned = read_spill(in.spill, std::move(reuse));
       rec = &*owned;
     } catch (const std::exception& e) {
       it.status = "corrupt";
       it.detail = e.what();
-      return it;
+      return loaded;
     } catch (...) {
       it.status = "corrupt";
       it.detail = it.name + ": cannot be read";
-      return it;
+      return loaded;
     }
   }
   it.loaded = true;
@@ -135,9 +137,16 @@ ItemResult process_item(const ItemInput& in, const ProcessOptions& o) {
     it.detail = it.name + ": analysis failed: " + e.what();
     it.rows.clear();
     it.sites.clear();
-    return it;
+    return loaded;
   }
-  if (o.part_dir && it.rank >= 0) {
+  loaded.analysed = true;
+  return loaded;
+}
+
+void write_item(LoadedItem& loaded, const ProcessOptions& o, RankFileWriter& writer) {
+  ItemResult& it = loaded.result;
+  if (loaded.record() != nullptr && o.part_dir && it.rank >= 0) {
+    const RankRecord& r = *loaded.record();
     RankInfo info;
     info.rank = it.rank;
     info.status = it.status;
@@ -145,10 +154,7 @@ ItemResult process_item(const ItemInput& in, const ProcessOptions& o) {
     info.spill = it.spill;
     const fs::path part = *o.part_dir / part_file_name(it.index);
     try {
-      StoreWriteOptions wo;
-      wo.deflate = o.deflate;
-      wo.threads = o.threads;
-      write_rank_file(part, r, info, wo);
+      writer.write(part, r, info);
       it.written = true;
     } catch (const std::exception& e) {
       std::error_code ec;
@@ -157,7 +163,18 @@ ItemResult process_item(const ItemInput& in, const ProcessOptions& o) {
       it.detail = std::string("cannot write its data: ") + e.what();
     }
   }
-  return it;
+}
+
+ItemResult process_item(const ItemInput& in, const ProcessOptions& o) {
+  LoadedItem loaded = load_item(in, o);
+  if (o.part_dir) {
+    StoreWriteOptions wo;
+    wo.deflate = o.deflate;
+    wo.threads = o.threads;
+    RankFileWriter writer(wo);
+    write_item(loaded, o, writer);
+  }
+  return std::move(loaded.result);
 }
 
 Resolution resolve(std::vector<ItemResult> items, const std::string& data_dir_name) {

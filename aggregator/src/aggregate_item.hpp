@@ -58,7 +58,28 @@ struct ProcessOptions {
   std::optional<std::filesystem::path> part_dir;  // where to write the part file; unset: analyse only
 };
 
-/// Loads, analyses and (optionally) writes one input. Never throws: failures are results.
+/// An input read and analysed, its rank file not yet written.
+struct LoadedItem {
+  ItemResult result;
+  std::optional<RankRecord> owned;       // the record read from the spill
+  const RankRecord* external = nullptr;  // or the caller's (in-job)
+  bool analysed = false;                 // false: it failed to load or analyse, nothing to write
+  /// What to write; null when nothing is. (Not a stored pointer: a LoadedItem moves.)
+  const RankRecord* record() const {
+    if (!analysed) return nullptr;
+    return owned ? &*owned : external;
+  }
+};
+
+/// Loads and analyses one input, reading a spill into the memory of `reuse` (a record done with).
+/// Never throws: failures are results. Touches no MPI and no HDF5, so it may run on a thread
+/// beside the writer.
+LoadedItem load_item(const ItemInput& in, const ProcessOptions& o, RankRecord&& reuse = {});
+
+/// Writes a loaded input's part file into o.part_dir (when set); failures land in its result.
+void write_item(LoadedItem& item, const ProcessOptions& o, RankFileWriter& writer);
+
+/// load_item, then write_item with a writer of its own. Never throws: failures are results.
 ItemResult process_item(const ItemInput& in, const ProcessOptions& o);
 
 /// The data file names inside STORE.d: a part file while the store is built, renamed to its

@@ -13,7 +13,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
-#include <optional>
+#include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -48,7 +49,8 @@ void shuffle(const char* in, char* out, std::size_t elements, std::size_t size) 
   }
 }
 
-/// One thread's deflate state, writing zlib streams (what HDF5's deflate filter reads).
+/// One thread's deflate state, writing zlib streams (what HDF5's deflate filter reads) into a
+/// buffer of its own that is sized once.
 class Deflater {
  public:
   explicit Deflater(int level) : m_level(level) {
@@ -64,116 +66,155 @@ class Deflater {
   Deflater(const Deflater&) = delete;
   Deflater& operator=(const Deflater&) = delete;
 
-  /// Compresses `in` into `out` (resized to fit); false when it cannot.
+  /// Compresses `in` into `out`; false when it cannot.
   bool compress(const char* in, std::size_t n, std::vector<char>& out) {
 #ifdef MEMSNAP_HAVE_LIBDEFLATE
     if (m_compressor == nullptr) return false;
-    out.resize(libdeflate_zlib_compress_bound(m_compressor, n));
-    const std::size_t len = libdeflate_zlib_compress(m_compressor, in, n, out.data(), out.size());
-    out.resize(len);
-    return len > 0;
+    grow(libdeflate_zlib_compress_bound(m_compressor, n));
+    const std::size_t len = libdeflate_zlib_compress(m_compressor, in, n, m_buffer.get(), m_capacity);
 #else
-    uLongf len = compressBound(static_cast<uLong>(n));
-    out.resize(len);
-    const int rc = compress2(reinterpret_cast<Bytef*>(out.data()), &len, reinterpret_cast<const Bytef*>(in),
-                             static_cast<uLong>(n), m_level);
-    out.resize(rc == Z_OK ? len : 0);
-    return rc == Z_OK;
+    grow(compressBound(static_cast<uLong>(n)));
+    uLongf len = m_capacity;
+    if (compress2(reinterpret_cast<Bytef*>(m_buffer.get()), &len, reinterpret_cast<const Bytef*>(in), static_cast<uLong>(n),
+                  m_level) != Z_OK) {
+      len = 0;
+    }
 #endif
+    out.assign(m_buffer.get(), m_buffer.get() + len);
+    return len > 0;
   }
 
  private:
+  // Not a vector: resizing one would zero the bytes the compressor overwrites.
+  void grow(std::size_t n) {
+    if (n <= m_capacity) return;
+    m_buffer.reset(new char[n]);
+    m_capacity = n;
+  }
   int m_level;
+  std::unique_ptr<char[]> m_buffer;
+  std::size_t m_capacity = 0;
 #ifdef MEMSNAP_HAVE_LIBDEFLATE
   libdeflate_compressor* m_compressor = nullptr;
 #endif
 };
 
-/// The compressed chunks of one dataset, made by worker threads and taken in order.
-class ChunkQueue {
- public:
-  ChunkQueue(const char* data, std::size_t n, std::size_t rows, std::size_t size, int level)
-      : m_data(data), m_n(n), m_rows(rows), m_size(size), m_level(level), m_slots((n + rows - 1) / rows) {}
+}  // namespace
 
-  std::size_t count() const { return m_slots.size(); }
-
-  /// A worker: compresses chunks until none are left or the queue is closed.
-  void work() {
-    Deflater deflater(m_level);
-    std::vector<char> shuffled(m_rows * m_size), padded;
-    while (!m_closed.load()) {
-      const std::size_t i = m_next.fetch_add(1);
-      if (i >= m_slots.size()) break;
-      std::vector<char> out;
-      bool ok = false;
-      try {
-        const std::size_t first = i * m_rows;
-        const std::size_t rows = std::min(m_rows, m_n - first);
-        const char* src = m_data + first * m_size;
-        if (rows < m_rows) {
-          padded.assign(m_rows * m_size, '\0');
-          std::memcpy(padded.data(), src, rows * m_size);
-          src = padded.data();
-        }
-        shuffle(src, shuffled.data(), m_rows, m_size);
-        ok = deflater.compress(shuffled.data(), shuffled.size(), out);
-      } catch (const std::exception&) {
-        ok = false;  // out of memory: reported by take()
-      }
-      {
-        std::lock_guard<std::mutex> lock(m_mutex);
-        m_slots[i].bytes = std::move(out);
-        m_slots[i].state = ok ? Slot::done : Slot::failed;
-      }
-      m_ready.notify_all();
-    }
-  }
-
-  /// Waits for chunk i; false when it could not be compressed.
-  bool take(std::size_t i, std::vector<char>& bytes) {
-    std::unique_lock<std::mutex> lock(m_mutex);
-    m_ready.wait(lock, [&] { return m_slots[i].state != Slot::pending; });
-    bytes = std::move(m_slots[i].bytes);
-    return m_slots[i].state == Slot::done;
-  }
-
-  /// Workers stop at their next chunk (the writer failed).
-  void close() { m_closed.store(true); }
-
- private:
+/// The chunks of one dataset: taken by the workers in order, compressed, handed back in order.
+struct ChunkCompressor::Job {
   struct Slot {
     enum State { pending, done, failed } state = pending;
     std::vector<char> bytes;
   };
-  const char* m_data;
-  std::size_t m_n, m_rows, m_size;
-  int m_level;
-  std::vector<Slot> m_slots;
-  std::atomic<std::size_t> m_next{0};
-  std::atomic<bool> m_closed{false};
-  std::mutex m_mutex;
-  std::condition_variable m_ready;
+  const char* data;
+  std::size_t n, rows, size;
+  std::vector<Slot> slots;
+  std::size_t next = 0;    // the next chunk to hand out
+  unsigned active = 0;     // workers inside a chunk of this job
+  bool closed = false;     // the writer left: hand out no more
 };
 
-/// Joins the workers however the writer leaves (a StoreError from HDF5 included).
-class Workers {
- public:
-  Workers(ChunkQueue& queue, unsigned n) : m_queue(queue) {
-    for (unsigned i = 0; i < n; ++i) m_threads.emplace_back([&queue] { queue.work(); });
-  }
-  ~Workers() {
-    m_queue.close();
-    for (auto& t : m_threads) t.join();
-  }
-  Workers(const Workers&) = delete;
-  Workers& operator=(const Workers&) = delete;
-
- private:
-  ChunkQueue& m_queue;
-  std::vector<std::thread> m_threads;
+/// What a thread keeps from chunk to chunk: its compressor and buffers.
+struct ChunkCompressor::Scratch {
+  explicit Scratch(int level) : deflater(level) {}
+  Deflater deflater;
+  std::vector<char> shuffled, padded;
 };
 
-}  // namespace
+ChunkCompressor::ChunkCompressor(int level, unsigned threads) : m_level(level), m_scratch(std::make_unique<Scratch>(level)) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  // One thread: the caller compresses, nothing is started.
+  if (threads > 1) {
+    for (unsigned i = 0; i < threads; ++i) m_threads.emplace_back([this] { work(); });
+  }
+}
+
+ChunkCompressor::~ChunkCompressor() {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_stop = true;
+  }
+  m_wake.notify_all();
+  for (auto& t : m_threads) t.join();
+}
+
+unsigned ChunkCompressor::threads() const { return std::max<unsigned>(1, static_cast<unsigned>(m_threads.size())); }
+
+bool ChunkCompressor::compress(Job& job, std::size_t i, Scratch& s, std::vector<char>& out) {
+  try {
+    const std::size_t first = i * job.rows;
+    const std::size_t rows = std::min(job.rows, job.n - first);
+    const char* src = job.data + first * job.size;
+    if (rows < job.rows) {
+      s.padded.assign(job.rows * job.size, '\0');
+      std::memcpy(s.padded.data(), src, rows * job.size);
+      src = s.padded.data();
+    }
+    s.shuffled.resize(job.rows * job.size);
+    shuffle(src, s.shuffled.data(), job.rows, job.size);
+    return s.deflater.compress(s.shuffled.data(), s.shuffled.size(), out);
+  } catch (const std::exception&) {
+    return false;  // out of memory: the writer reports the chunk
+  }
+}
+
+void ChunkCompressor::work() {
+  Scratch scratch(m_level);
+  std::unique_lock<std::mutex> lock(m_mutex);
+  for (;;) {
+    m_wake.wait(lock, [&] { return m_stop || (m_job != nullptr && !m_job->closed && m_job->next < m_job->slots.size()); });
+    if (m_stop) return;
+    Job& job = *m_job;
+    const std::size_t i = job.next++;
+    ++job.active;
+    lock.unlock();
+    std::vector<char> out;
+    const bool ok = compress(job, i, scratch, out);
+    lock.lock();
+    job.slots[i].bytes = std::move(out);
+    job.slots[i].state = ok ? Job::Slot::done : Job::Slot::failed;
+    --job.active;
+    m_ready.notify_all();
+  }
+}
+
+void ChunkCompressor::run(const char* data, std::size_t n, std::size_t rows, std::size_t size,
+                          const std::function<void(std::size_t, const std::vector<char>*)>& put) {
+  Job job{data, n, rows, size, std::vector<Job::Slot>((n + rows - 1) / rows)};
+  if (m_threads.empty()) {
+    std::vector<char> bytes;
+    for (std::size_t i = 0; i < job.slots.size(); ++i) put(i, compress(job, i, *m_scratch, bytes) ? &bytes : nullptr);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_job = &job;
+  }
+  m_wake.notify_all();
+  // However the writer leaves (a StoreError from HDF5 included), no worker touches the job after.
+  struct Leave {
+    ChunkCompressor& c;
+    Job& job;
+    ~Leave() {
+      std::unique_lock<std::mutex> lock(c.m_mutex);
+      job.closed = true;
+      c.m_ready.wait(lock, [&] { return job.active == 0; });
+      c.m_job = nullptr;
+    }
+  } leave{*this, job};
+  std::vector<char> bytes;
+  for (std::size_t i = 0; i < job.slots.size(); ++i) {
+    bool ok = false;
+    {
+      std::unique_lock<std::mutex> lock(m_mutex);
+      m_ready.wait(lock, [&] { return job.slots[i].state != Job::Slot::pending; });
+      bytes = std::move(job.slots[i].bytes);
+      ok = job.slots[i].state == Job::Slot::done;
+    }
+    put(i, ok ? &bytes : nullptr);
+  }
+}
 
 }  // namespace memsnap::h5
 
@@ -192,7 +233,7 @@ const char* deflate_implementation() {
 namespace memsnap::h5 {
 
 void write_compressed(hid_t loc, const char* name, hid_t type, const void* data, std::size_t n, std::size_t chunk_rows,
-                      int level, unsigned threads, const std::string& context) {
+                      ChunkCompressor& compressor, const std::string& context) {
   const std::string what = context + ": cannot write " + name;
   const std::size_t size = H5Tget_size(type);
   if (size == 0) fail(what);
@@ -203,26 +244,22 @@ void write_compressed(hid_t loc, const char* name, hid_t type, const void* data,
   Handle dcpl = plist_handle(H5Pcreate(H5P_DATASET_CREATE), what);
   check_status(H5Pset_chunk(dcpl, 1, chunk), what);
   check_status(H5Pset_shuffle(dcpl), what);
-  check_status(H5Pset_deflate(dcpl, static_cast<unsigned>(level)), what);
+  check_status(H5Pset_deflate(dcpl, static_cast<unsigned>(compressor.level())), what);
   Handle ds = dataset_handle(H5Dcreate2(loc, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), what);
   if (n == 0) return;
-
-  ChunkQueue queue(static_cast<const char*>(data), n, rows, size, level);
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<unsigned>(std::min<std::size_t>(threads, queue.count()));
-  // One chunk, or one thread: compressed right here, no thread started.
-  std::optional<Workers> workers;
-  if (threads > 1) {
-    workers.emplace(queue, threads);
-  } else {
-    queue.work();
-  }
-  std::vector<char> bytes;
-  for (std::size_t i = 0; i < queue.count(); ++i) {
-    if (!queue.take(i, bytes)) throw StoreError(what + ": a chunk could not be compressed");
+  compressor.run(static_cast<const char*>(data), n, rows, size, [&](std::size_t i, const std::vector<char>* bytes) {
+    if (bytes == nullptr) throw StoreError(what + ": a chunk could not be compressed");
     const hsize_t offset[1] = {i * rows};
-    check_status(H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset, bytes.size(), bytes.data()), what);
-  }
+    check_status(H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset, bytes->size(), bytes->data()), what);
+  });
+}
+
+void write_compressed(hid_t loc, const char* name, hid_t type, const void* data, std::size_t n, std::size_t chunk_rows,
+                      int level, unsigned threads, const std::string& context) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t chunks = (n + std::max<std::size_t>(1, std::min(n, chunk_rows)) - 1) / std::max<std::size_t>(1, std::min(n, chunk_rows));
+  ChunkCompressor compressor(level, static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(chunks, 1))));
+  write_compressed(loc, name, type, data, n, chunk_rows, compressor, context);
 }
 
 }  // namespace memsnap::h5

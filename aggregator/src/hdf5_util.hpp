@@ -20,7 +20,10 @@
 
 namespace memsnap::h5 {
 
-// chunked_write.cpp: a shuffled, deflated dataset compressed on several threads.
+// chunked_write.hpp: a shuffled, deflated dataset compressed on several threads.
+class ChunkCompressor;
+void write_compressed(hid_t loc, const char* name, hid_t type, const void* data, std::size_t n, std::size_t chunk_rows,
+                      ChunkCompressor& compressor, const std::string& context);
 void write_compressed(hid_t loc, const char* name, hid_t type, const void* data, std::size_t n, std::size_t chunk_rows,
                       int level, unsigned threads, const std::string& context);
 
@@ -275,11 +278,14 @@ inline double read_attr_double(hid_t loc, const char* name, const std::string& c
 /// Rows per chunk of a compressed 1-D dataset: about 2.5 MiB of 40-byte events.
 inline constexpr hsize_t kChunkRows = 65536;
 
-/// How a dataset is compressed: deflate level (0: not at all) and threads (0: one per core).
+/// How a dataset is compressed: deflate level (0: not at all) and threads (0: one per core), or
+/// by a compressor kept from dataset to dataset (its level then; it decides the threads).
 struct Compression {
   Compression(int deflate_level, unsigned thread_count = 0) : level(deflate_level), threads(thread_count) {}  // NOLINT
+  Compression(int deflate_level, ChunkCompressor* kept) : level(deflate_level), compressor(kept) {}
   int level = 0;
   unsigned threads = 0;
+  ChunkCompressor* compressor = nullptr;
 };
 
 /// Creates and writes a 1-D dataset of n items of `type` (`data` in the type's own layout) in one
@@ -288,7 +294,11 @@ struct Compression {
 inline void write_array(hid_t loc, const char* name, hid_t type, const void* data, std::size_t n,
                         Compression compression, const std::string& context) {
   if (compression.level > 0 && n >= 1024 && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
-    write_compressed(loc, name, type, data, n, kChunkRows, compression.level, compression.threads, context);
+    if (compression.compressor != nullptr) {
+      write_compressed(loc, name, type, data, n, kChunkRows, *compression.compressor, context);
+    } else {
+      write_compressed(loc, name, type, data, n, kChunkRows, compression.level, compression.threads, context);
+    }
     return;
   }
   const std::string what = context + ": cannot write " + name;

@@ -8,6 +8,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "chunked_write.hpp"
 #include "hdf5_util.hpp"
 #include "memsnap/store.hpp"
 #include "memsnap/version.hpp"
@@ -97,11 +98,7 @@ std::string clip_utf8(const std::string& s, std::size_t max) {
   return s.substr(0, n);
 }
 
-h5::Compression compression(const StoreWriteOptions& o) { return {o.deflate, o.threads}; }
-
-void write_window(hid_t batches_group, const WindowRecord& w, int index, const StoreWriteOptions& options,
-                  const std::string& context) {
-  const h5::Compression o = compression(options);
+void write_window(hid_t batches_group, const WindowRecord& w, int index, h5::Compression o, const std::string& context) {
   const std::string name = std::to_string(w.batch_end);
   const std::string c = context + ": /batch/" + name;
   Handle g = create_group(batches_group, name, context);
@@ -183,8 +180,21 @@ SummaryRow make_summary_row(const RankRecord& record, int window, const WindowSt
   return r;
 }
 
+RankFileWriter::RankFileWriter(const StoreWriteOptions& options) : m_deflate(options.deflate) {
+  if (options.deflate > 0) m_compressor = std::make_unique<h5::ChunkCompressor>(options.deflate, options.threads);
+}
+
+RankFileWriter::~RankFileWriter() = default;
+
+unsigned RankFileWriter::threads() const { return m_compressor ? m_compressor->threads() : 1; }
+
 void write_rank_file(const std::filesystem::path& path, const RankRecord& record, const RankInfo& info,
                      const StoreWriteOptions& options) {
+  RankFileWriter(options).write(path, record, info);
+}
+
+void RankFileWriter::write(const std::filesystem::path& path, const RankRecord& record, const RankInfo& info) {
+  const h5::Compression bulk(m_deflate, m_compressor.get());
   h5::QuietErrors quiet;
   const std::string c = path.string();
   Handle file = create_file(path);
@@ -203,9 +213,9 @@ void write_rank_file(const std::filesystem::path& path, const RankRecord& record
       files.push_back(f.file);
       lines.push_back(f.line);
     }
-    write_strings(frames, "names_", names, compression(options), c + ": /frames");
-    write_strings(frames, "files_", files, compression(options), c + ": /frames");
-    h5::write_vector(frames, "lines", H5T_NATIVE_UINT32, lines, compression(options), c + ": /frames");
+    write_strings(frames, "names_", names, bulk, c + ": /frames");
+    write_strings(frames, "files_", files, bulk, c + ": /frames");
+    h5::write_vector(frames, "lines", H5T_NATIVE_UINT32, lines, bulk, c + ": /frames");
   }
   {
     Handle stacks = create_group(file, "stacks", c);
@@ -216,8 +226,8 @@ void write_rank_file(const std::filesystem::path& path, const RankRecord& record
       ids.insert(ids.end(), s.begin(), s.end());
       offsets.push_back(ids.size());
     }
-    h5::write_vector(stacks, "offsets", H5T_NATIVE_UINT64, offsets, compression(options), c + ": /stacks");
-    h5::write_vector(stacks, "frame_ids", H5T_NATIVE_UINT32, ids, compression(options), c + ": /stacks");
+    h5::write_vector(stacks, "offsets", H5T_NATIVE_UINT64, offsets, bulk, c + ": /stacks");
+    h5::write_vector(stacks, "frame_ids", H5T_NATIVE_UINT32, ids, bulk, c + ": /stacks");
   }
   {
     Handle batches = create_group(file, "batch", c);
@@ -228,7 +238,7 @@ void write_rank_file(const std::filesystem::path& path, const RankRecord& record
         throw StoreError(c + ": two windows of rank " + std::to_string(info.rank) + " end at batch " +
                          std::to_string(w.batch_end));
       }
-      write_window(batches, w, static_cast<int>(i), options, c);
+      write_window(batches, w, static_cast<int>(i), bulk, c);
     }
   }
   file.close(c + ": cannot close (disk full?)");

@@ -44,6 +44,10 @@
 
 namespace memsnap {
 
+namespace h5 {
+class ChunkCompressor;  // store_writer's compression threads (src/chunked_write.hpp)
+}
+
 inline constexpr const char* kStoreFormat = "memsnap";
 // Version 2 added /summary's batch_method and batch_confidence columns, the batch_* attributes
 // and source_extras of a window (an older memsnap cannot read its /summary); version 1 stores
@@ -150,6 +154,24 @@ const char* deflate_implementation();
 /// attributes. Creates `path` exclusively. Throws StoreError.
 void write_rank_file(const std::filesystem::path& path, const RankRecord& record, const RankInfo& info,
                      const StoreWriteOptions& options = {});
+
+/// write_rank_file for one file after another (an aggregator rank's share): the compression
+/// threads and their buffers are kept from file to file. Not for use by two threads at once.
+class RankFileWriter {
+ public:
+  explicit RankFileWriter(const StoreWriteOptions& options = {});
+  ~RankFileWriter();
+  RankFileWriter(const RankFileWriter&) = delete;
+  RankFileWriter& operator=(const RankFileWriter&) = delete;
+
+  void write(const std::filesystem::path& path, const RankRecord& record, const RankInfo& info);
+  /// Threads that compress (1: the caller's own).
+  unsigned threads() const;
+
+ private:
+  int m_deflate;
+  std::unique_ptr<h5::ChunkCompressor> m_compressor;  // null without compression
+};
 
 /// Everything the root file holds.
 struct StoreIndex {
