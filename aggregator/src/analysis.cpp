@@ -4,7 +4,8 @@
 #include <array>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
+
+#include "flat_map.hpp"
 
 namespace memsnap {
 namespace {
@@ -164,7 +165,7 @@ void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& 
   }
   std::sort(points.begin(), points.end());
   auto tally = [&](Tally& t) {
-    for (const auto& [k, l] : live) t[site_of(l.stack).first] += static_cast<double>(l.size);
+    live.for_each([&](std::uint64_t, const auto& l) { t[site_of(l.stack).first] += static_cast<double>(l.size); });
   };
   reset();
   std::size_t p = 0;
@@ -197,11 +198,12 @@ void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& 
           others.push_back(it == at_peak[o].end() ? 0 : it->second);
         }
         const double excess = bytes - median(others);
-        if (excess > best_excess) {
+        // Ties go to the smaller name: the tallies' order is the hash table's, not the input's.
+        if (excess > best_excess || (excess > 0 && excess == best_excess && name < best)) {
           best_excess = excess;
           best = name;
         }
-        if (name != kNoStackSite && excess > named_excess) {
+        if (name != kNoStackSite && (excess > named_excess || (excess > 0 && excess == named_excess && name < named))) {
           named_excess = excess;
           named = name;
         }
@@ -229,19 +231,19 @@ void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& 
     for (const auto& m : w.batches) starts.push_back(m.time_ns);
     std::sort(starts.begin(), starts.end());
     const Action free_at = free_action(w);
-    std::unordered_map<std::uint64_t, const Event*> made;
+    FlatMap<const Event*> made;
     for (const Event& e : w.events) {
       const auto key = live_key(e.device, e.addr);
-      if (e.action == Action::alloc) made[key] = &e;
+      if (e.action == Action::alloc) *made.try_emplace(key, &e).first = &e;
       else if (e.action == free_at) made.erase(key);
     }
     Tally kept;
-    for (const auto& [key, e] : made) {
+    made.for_each([&](std::uint64_t, const Event* e) {
       if (e->time_ns >= starts.front() && e->time_ns < starts.back()) kept[site_of(e->stack_id).first] += static_cast<double>(e->size);
-    }
+    });
     double best = 0;
     for (const auto& [name, bytes] : kept) {
-      if (bytes / spans > best) {
+      if (bytes / spans > best || (bytes > 0 && bytes / spans == best && name < s.growth_site)) {
         best = bytes / spans;
         s.growth_site = name;
       }
@@ -268,7 +270,7 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     std::uint32_t stack;
     bool from_start;
   };
-  std::unordered_map<std::uint64_t, Live> live, segs;
+  FlatMap<Live> live, segs;
   std::uint64_t allocated = 0, reserved = 0;
   auto reset = [&] {
     live.clear();
@@ -277,35 +279,35 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     for (const auto& a : w.live_at_start) {
       auto& target = a.is_segment ? segs : live;
       auto [it, inserted] = target.try_emplace(live_key(a.device, a.addr), Live{a.size, a.stack_id, true});
-      if (!inserted) continue;
+      if (!inserted) continue;  // the first of a duplicated key counts
       (a.is_segment ? reserved : allocated) += a.size;
     }
   };
   auto apply = [&](const Event& e) {
     const auto key = live_key(e.device, e.addr);
     if (e.action == Action::alloc) {
-      auto [it, inserted] = live.try_emplace(key, Live{e.size, e.stack_id, false});
+      auto [l, inserted] = live.try_emplace(key, Live{e.size, e.stack_id, false});
       if (!inserted) {
-        allocated -= it->second.size;
-        it->second = Live{e.size, e.stack_id, false};
+        allocated -= l->size;
+        *l = Live{e.size, e.stack_id, false};
       }
       allocated += e.size;
     } else if (e.action == free_at) {
-      if (auto it = live.find(key); it != live.end()) {
-        allocated -= it->second.size;
-        live.erase(it);
+      if (const Live* l = live.find(key)) {
+        allocated -= l->size;
+        live.erase(key);
       }
     } else if (e.action == Action::segment_alloc || e.action == Action::segment_map) {
-      auto [it, inserted] = segs.try_emplace(key, Live{e.size, e.stack_id, false});
+      auto [l, inserted] = segs.try_emplace(key, Live{e.size, e.stack_id, false});
       if (!inserted) {
-        reserved -= it->second.size;
-        it->second = Live{e.size, e.stack_id, false};
+        reserved -= l->size;
+        *l = Live{e.size, e.stack_id, false};
       }
       reserved += e.size;
     } else if (e.action == Action::segment_free || e.action == Action::segment_unmap) {
-      if (auto it = segs.find(key); it != segs.end()) {
-        reserved -= it->second.size;
-        segs.erase(it);
+      if (const Live* l = segs.find(key)) {
+        reserved -= l->size;
+        segs.erase(key);
       }
     }
   };
@@ -374,9 +376,9 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
   }
   s.live_at_close = allocated;
   s.reserved_at_close = reserved;
-  for (const auto& [k, l] : live) {
+  live.for_each([&](std::uint64_t, const Live& l) {
     if (l.from_start) s.persistent += l.size;
-  }
+  });
   if (!s.reserved_seen) {
     // The source saw no segments (CUPTI without a caching allocator, the C API): every
     // allocation is device memory of its own.
@@ -391,36 +393,51 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
   // Second pass: what was live at the peak, by site.
   reset();
   for (std::ptrdiff_t i = 0; i <= peak_index; ++i) apply(w.events[static_cast<std::size_t>(i)]);
-  std::unordered_map<std::string, SiteStat> by_site;
   std::unordered_map<std::uint32_t, std::pair<std::string, Category>> stack_site;  // memo per stack
   auto site_of = [&](std::uint32_t stack) -> const std::pair<std::string, Category>& {
     auto it = stack_site.find(stack);
     if (it == stack_site.end()) it = stack_site.emplace(stack, std::make_pair(site_name(rank, stack), categorize(rank, stack))).first;
     return it->second;
   };
-  for (const auto& [k, l] : live) {
-    const auto& [name, category] = site_of(l.stack);
-    SiteStat& site = by_site[name];
-    if (site.name.empty()) {
-      site.name = name;
-      site.stack_id = l.stack < rank.stacks.size() ? l.stack : kNoStack;
-      site.category = category;
-    }
-    site.bytes_at_peak += l.size;
-    site.count_at_peak += 1;
-    s.category_bytes_at_peak[static_cast<int>(category)] += l.size;
-  }
+  // Tallied by stack id first (one array slot per stack, every id out of range in the last),
+  // then folded by site name in stack order: a name's representative stack is its smallest id.
+  struct StackTally {
+    std::uint64_t bytes_at_peak = 0, count_at_peak = 0, bytes_allocated = 0, allocations = 0;
+    bool seen = false;
+  };
+  const std::size_t n_stacks = rank.stacks.size();
+  std::vector<StackTally> per_stack(n_stacks + 1);
+  auto stack_slot = [&](std::uint32_t id) -> StackTally& { return per_stack[id < n_stacks ? id : n_stacks]; };
+  live.for_each([&](std::uint64_t, const Live& l) {
+    StackTally& t = stack_slot(l.stack);
+    t.bytes_at_peak += l.size;
+    t.count_at_peak += 1;
+    t.seen = true;
+  });
   for (const auto& e : w.events) {
     if (e.action != Action::alloc) continue;
-    const auto& [name, category] = site_of(e.stack_id);
+    StackTally& t = stack_slot(e.stack_id);
+    t.bytes_allocated += e.size;
+    t.allocations += 1;
+    t.seen = true;
+  }
+  std::unordered_map<std::string, SiteStat> by_site;
+  for (std::size_t id = 0; id <= n_stacks; ++id) {
+    const StackTally& t = per_stack[id];
+    if (!t.seen) continue;
+    const auto stack = id < n_stacks ? static_cast<std::uint32_t>(id) : kNoStack;
+    const auto& [name, category] = site_of(stack);
     SiteStat& site = by_site[name];
     if (site.name.empty()) {
       site.name = name;
-      site.stack_id = e.stack_id < rank.stacks.size() ? e.stack_id : kNoStack;
+      site.stack_id = stack;
       site.category = category;
     }
-    site.bytes_allocated += e.size;
-    site.allocations += 1;
+    site.bytes_at_peak += t.bytes_at_peak;
+    site.count_at_peak += t.count_at_peak;
+    site.bytes_allocated += t.bytes_allocated;
+    site.allocations += t.allocations;
+    s.category_bytes_at_peak[static_cast<int>(category)] += t.bytes_at_peak;
   }
   batch_sites(rank, w, apply, reset, live, site_of, batch_start_index, batch_peak_index, s);
   for (auto& [name, site] : by_site) s.sites.push_back(std::move(site));
