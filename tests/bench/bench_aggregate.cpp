@@ -4,9 +4,9 @@
 //   mpirun -np M memsnap_bench_aggregate run DIR     aggregate DIR/spill into DIR/bench.h5
 //
 // `run` prints the whole run's events/s and MB/s (spill bytes aggregated per second), then for
-// every aggregator rank its share: spills, MB/s and events/s over its own time, compression
-// threads, and its peak RSS (getrusage), which must stay flat as the number of job ranks grows:
-// each aggregator rank holds one spill at a time. MEMSNAP_BENCH_DEFLATE sets the deflate level,
+// every aggregator rank its share: spills, MB/s and events/s over its own time, its CPU seconds,
+// compression threads, and its peak RSS (getrusage), which must stay flat as the number of job
+// ranks grows: each aggregator rank holds two spills at most (one read while the other is written). MEMSNAP_BENCH_DEFLATE sets the deflate level,
 // MEMSNAP_BENCH_THREADS the compression threads per rank (default: the node's cores shared).
 #include <mpi.h>
 #include <sys/resource.h>
@@ -78,12 +78,15 @@ static int run(const fs::path& dir) {
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  // Per aggregator rank: peak RSS (KiB), spills, spill bytes, events, seconds, threads.
-  const double mine[6] = {static_cast<double>(ru.ru_maxrss), static_cast<double>(stats.spills),
-                          static_cast<double>(stats.spill_bytes), static_cast<double>(stats.events), stats.seconds,
-                          static_cast<double>(stats.threads)};
-  std::vector<double> all(6 * static_cast<std::size_t>(size));
-  MPI_Gather(mine, 6, MPI_DOUBLE, all.data(), 6, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                     static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  // Per aggregator rank: peak RSS (KiB), spills, spill bytes, events, seconds, threads, CPU seconds.
+  constexpr int kStats = 7;
+  const double mine[kStats] = {static_cast<double>(ru.ru_maxrss), static_cast<double>(stats.spills),
+                               static_cast<double>(stats.spill_bytes), static_cast<double>(stats.events), stats.seconds,
+                               static_cast<double>(stats.threads), cpu};
+  std::vector<double> all(kStats * static_cast<std::size_t>(size));
+  MPI_Gather(mine, kStats, MPI_DOUBLE, all.data(), kStats, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank == 0 && rc == 0) {
     std::uint64_t events = 0;
     for (const auto& row : memsnap::StoreReader(store).summary()) events += row.n_events;
@@ -93,10 +96,11 @@ static int run(const fs::path& dir) {
                 size, spills, static_cast<unsigned long long>(events), bytes / 1e6, out_bytes / 1e6, sec,
                 events / sec / 1e6, bytes / sec / 1e6, o.deflate, memsnap::deflate_implementation());
     for (int r = 0; r < size; ++r) {
-      const double* s = &all[6 * static_cast<std::size_t>(r)];
+      const double* s = &all[kStats * static_cast<std::size_t>(r)];
       const double t = s[4] > 0 ? s[4] : 1e-9;
-      std::printf("  aggregator rank %d: %.0f spills, %.1f MB, %.2f s: %.1f MB/s, %.2f Mevents/s; %.0f threads; peak RSS %.1f MiB\n",
-                  r, s[1], s[2] / 1e6, s[4], s[2] / t / 1e6, s[3] / t / 1e6, s[5], s[0] / 1024.0);
+      std::printf("  aggregator rank %d: %.0f spills, %.1f MB, %.2f s: %.1f MB/s, %.2f Mevents/s; %.2f s CPU (whole process); "
+                  "%.0f threads; peak RSS %.1f MiB\n",
+                  r, s[1], s[2] / 1e6, s[4], s[2] / t / 1e6, s[3] / t / 1e6, s[6], s[5], s[0] / 1024.0);
     }
   }
   MPI_Finalize();
