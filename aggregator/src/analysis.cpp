@@ -149,10 +149,13 @@ double median(std::vector<double> v) {
 // Per batch: which site a spike in it is made of; per window: how the batches' low points grow,
 // and which site grows with them. One more replay, tallying the live allocations by site at each
 // batch's low point and at its peak.
-template <class Apply, class Reset, class LiveMap, class SiteOf>
+//
+// `kept`: (alloc time, size, stack) of the allocations made in the window and live at its end,
+// which the first replay leaves in the live table.
+template <class Apply, class Reset, class LiveMap, class SiteOf, class Kept>
 void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& reset, LiveMap& live, SiteOf& site_of,
                  const std::vector<std::ptrdiff_t>& start_index, const std::vector<std::ptrdiff_t>& peak_index,
-                 WindowStats& s) {
+                 const std::vector<Kept>& made, WindowStats& s) {
   const std::size_t nb = s.batches.size();
   if (nb == 0) return;
   using Tally = std::unordered_map<std::string, double>;
@@ -230,17 +233,10 @@ void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& 
     std::vector<std::int64_t> starts;
     for (const auto& m : w.batches) starts.push_back(m.time_ns);
     std::sort(starts.begin(), starts.end());
-    const Action free_at = free_action(w);
-    FlatMap<const Event*> made;
-    for (const Event& e : w.events) {
-      const auto key = live_key(e.device, e.addr);
-      if (e.action == Action::alloc) *made.try_emplace(key, &e).first = &e;
-      else if (e.action == free_at) made.erase(key);
-    }
     Tally kept;
-    made.for_each([&](std::uint64_t, const Event* e) {
-      if (e->time_ns >= starts.front() && e->time_ns < starts.back()) kept[site_of(e->stack_id).first] += static_cast<double>(e->size);
-    });
+    for (const auto& e : made) {
+      if (e.time_ns >= starts.front() && e.time_ns < starts.back()) kept[site_of(e.stack).first] += static_cast<double>(e.size);
+    }
     double best = 0;
     for (const auto& [name, bytes] : kept) {
       if (bytes / spans > best || (bytes > 0 && bytes / spans == best && name < s.growth_site)) {
@@ -269,6 +265,7 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     std::uint64_t size;
     std::uint32_t stack;
     bool from_start;
+    std::int64_t time_ns;  // of the alloc (from_start: when the window opened)
   };
   FlatMap<Live> live, segs;
   std::uint64_t allocated = 0, reserved = 0;
@@ -278,7 +275,7 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     allocated = reserved = 0;
     for (const auto& a : w.live_at_start) {
       auto& target = a.is_segment ? segs : live;
-      auto [it, inserted] = target.try_emplace(live_key(a.device, a.addr), Live{a.size, a.stack_id, true});
+      auto [it, inserted] = target.try_emplace(live_key(a.device, a.addr), Live{a.size, a.stack_id, true, w.open_time_ns});
       if (!inserted) continue;  // the first of a duplicated key counts
       (a.is_segment ? reserved : allocated) += a.size;
     }
@@ -286,10 +283,10 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
   auto apply = [&](const Event& e) {
     const auto key = live_key(e.device, e.addr);
     if (e.action == Action::alloc) {
-      auto [l, inserted] = live.try_emplace(key, Live{e.size, e.stack_id, false});
+      auto [l, inserted] = live.try_emplace(key, Live{e.size, e.stack_id, false, e.time_ns});
       if (!inserted) {
         allocated -= l->size;
-        *l = Live{e.size, e.stack_id, false};
+        *l = Live{e.size, e.stack_id, false, e.time_ns};
       }
       allocated += e.size;
     } else if (e.action == free_at) {
@@ -298,10 +295,10 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
         live.erase(key);
       }
     } else if (e.action == Action::segment_alloc || e.action == Action::segment_map) {
-      auto [l, inserted] = segs.try_emplace(key, Live{e.size, e.stack_id, false});
+      auto [l, inserted] = segs.try_emplace(key, Live{e.size, e.stack_id, false, e.time_ns});
       if (!inserted) {
         reserved -= l->size;
-        *l = Live{e.size, e.stack_id, false};
+        *l = Live{e.size, e.stack_id, false, e.time_ns};
       }
       reserved += e.size;
     } else if (e.action == Action::segment_free || e.action == Action::segment_unmap) {
@@ -376,8 +373,10 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
   }
   s.live_at_close = allocated;
   s.reserved_at_close = reserved;
+  std::vector<Live> made;  // allocated in the window, live at its end
   live.for_each([&](std::uint64_t, const Live& l) {
     if (l.from_start) s.persistent += l.size;
+    else made.push_back(l);
   });
   if (!s.reserved_seen) {
     // The source saw no segments (CUPTI without a caching allocator, the C API): every
@@ -439,7 +438,7 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     site.allocations += t.allocations;
     s.category_bytes_at_peak[static_cast<int>(category)] += t.bytes_at_peak;
   }
-  batch_sites(rank, w, apply, reset, live, site_of, batch_start_index, batch_peak_index, s);
+  batch_sites(rank, w, apply, reset, live, site_of, batch_start_index, batch_peak_index, made, s);
   for (auto& [name, site] : by_site) s.sites.push_back(std::move(site));
   std::sort(s.sites.begin(), s.sites.end(), [](const SiteStat& a, const SiteStat& b) {
     return a.bytes_at_peak != b.bytes_at_peak ? a.bytes_at_peak > b.bytes_at_peak : a.name < b.name;
