@@ -331,8 +331,10 @@ struct Recorder::Impl {
   std::size_t frames_written = 0, stacks_written = 0;
   std::atomic<bool> warned_io{false}, warned_internal{false};
 
+  // tsc_ticks: the caller's own TSC reading of the event (0: read it here); used where the
+  // recorder keeps TSC ticks.
   void push(const void* owner, Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
-            std::uint8_t flags, std::span<const std::uintptr_t> foreign);
+            std::uint8_t flags, std::span<const std::uintptr_t> foreign, std::uint64_t tsc_ticks = 0);
 
   void wake_writer() noexcept {
     writer_wake.fetch_add(1, std::memory_order_release);
@@ -995,7 +997,8 @@ void Recorder::set_foreign_frame_resolver(ForeignFrameResolver resolver) noexcep
 
 // The hot path of every source: one slot of this thread's ring.
 void Recorder::Impl::push(const void* owner, Action action, int device, std::uint64_t addr, std::uint64_t size,
-                          std::uint64_t stream, std::uint8_t flags, std::span<const std::uintptr_t> foreign) {
+                          std::uint64_t stream, std::uint8_t flags, std::span<const std::uintptr_t> foreign,
+                          std::uint64_t tsc_ticks) {
   ThreadBuffer* b = buffer_for_this_thread(owner);
   const std::uint64_t head = b->head.load(std::memory_order_relaxed);
   const std::uint64_t used = head - b->tail.load(std::memory_order_acquire);
@@ -1008,7 +1011,7 @@ void Recorder::Impl::push(const void* owner, Action action, int device, std::uin
   }
   const std::size_t slot = head & (ThreadBuffer::kCapacity - 1);
   Event& e = b->events[slot];
-  e.time_ns = tsc_clock ? static_cast<std::int64_t>(read_tsc()) : now_ns();
+  e.time_ns = tsc_clock ? static_cast<std::int64_t>(tsc_ticks != 0 ? tsc_ticks : read_tsc()) : now_ns();
   e.addr = addr;
   e.size = size;
   e.stream = stream;
@@ -1063,13 +1066,14 @@ void Recorder::record(Action action, int device, std::uint64_t addr, std::uint64
 }
 
 void Recorder::record_from_allocator(Action action, int device, std::uint64_t addr, std::uint64_t size,
-                                     std::uint64_t stream, std::span<const std::uintptr_t> foreign) noexcept {
+                                     std::uint64_t stream, std::span<const std::uintptr_t> foreign,
+                                     std::uint64_t tsc_ticks) noexcept {
   Impl& s = *impl_;
   if (!s.active.load(std::memory_order_relaxed) || t_in_hook) return;
   HookGuard guard;
   try {
     if (!s.allocator_trace_seen.load(std::memory_order_relaxed)) s.allocator_trace_seen.store(true, std::memory_order_relaxed);
-    s.push(this, action, device, addr, size, stream, kFromAllocatorTrace, foreign);
+    s.push(this, action, device, addr, size, stream, kFromAllocatorTrace, foreign, tsc_ticks);
   } catch (...) {
     log::once(s.warned_internal, log::Level::warn, "internal error while recording; recording stops, the job goes on");
     s.active.store(false);

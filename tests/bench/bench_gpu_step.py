@@ -7,6 +7,9 @@ One mode per process (tests/gpu/run.sh and tests/gpu/torch_attachment.sh run the
   --mode torch        torch.cuda.memory._record_memory_history() (PyTorch's own recorder, "all")
   --mode torch_state  the same with enabled="state" (live blocks' stacks, no trace)
   --mode empty_tracker  a trace tracker that does nothing: what any tracker costs PyTorch itself
+  --mode attach_paired  the attachment with its tracker bypassed in every other step: memsnap's
+                      own share in one process, the median over recorded steps of (step - mean of
+                      its two bypassed neighbours), in percent of the neighbours
 A 12-layer bf16 transformer, NVTX range "step" around each batch, `--warmup` untimed then
 `--steps` timed batches; prints one JSON line with the median and p90 ms per step, and the median
 time this thread spent before it waited for the GPU (host work a GPU-bound step hides).
@@ -23,7 +26,7 @@ import torch.nn as nn
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["plain", "attach", "torch", "torch_state", "empty_tracker"], default="plain")
+    ap.add_argument("--mode", choices=["plain", "attach", "attach_paired", "torch", "torch_state", "empty_tracker"], default="plain")
     ap.add_argument("--label", default="")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=8)
@@ -40,10 +43,15 @@ def main():
     model = nn.TransformerEncoder(layer, args.layers, enable_nested_tensor=False).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     memsnap = None
-    if args.mode == "attach":
+    bypass = None
+    if args.mode in ("attach", "attach_paired"):
         import memsnap_torch as memsnap
 
         assert memsnap.attach()
+        if args.mode == "attach_paired":
+            import ctypes
+
+            bypass = ctypes.CDLL(memsnap.library_path()).memsnap_torch_bench_bypass
     elif "memsnap_torch" in sys.modules:  # attached by memsnap run's startup hook
         memsnap = sys.modules["memsnap_torch"]
     if args.mode == "empty_tracker":
@@ -63,6 +71,8 @@ def main():
         if i == args.warmup:
             allocs_before = torch.cuda.memory_stats().get("allocation.all.allocated", 0)
             events_before = memsnap._stats()[0] if memsnap else 0
+        if bypass is not None:
+            bypass(i % 2 == 0)
         torch.cuda.nvtx.range_push("step")
         t0 = time.perf_counter()
         x = torch.randn(args.batch, args.seq, args.width, device=dev)
@@ -75,6 +85,8 @@ def main():
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.nvtx.range_pop()
+    if bypass is not None:
+        bypass(0)
     timed = times[args.warmup:]
     allocs = torch.cuda.memory_stats().get("allocation.all.allocated", 0) - allocs_before
     events = (memsnap._stats()[0] - events_before) if memsnap else 0
@@ -90,6 +102,13 @@ def main():
         "events_per_step": round(events / max(len(timed), 1), 1),
         "memsnap_recording": bool(memsnap and memsnap.recording()),
     }
+    if bypass is not None:
+        # times[i] was recorded for odd i; each recorded step against its two bypassed neighbours.
+        share = [100 * times[i] / ((times[i - 1] + times[i + 1]) / 2) - 100
+                 for i in range(args.warmup + 1, len(times) - 1) if i % 2 == 1]
+        out["bypassed_median_ms"] = round(statistics.median(times[args.warmup::2] if args.warmup % 2 == 0 else times[args.warmup + 1::2]), 3)
+        out["recorded_median_ms"] = round(statistics.median([times[i] for i in range(args.warmup, len(times)) if i % 2 == 1]), 3)
+        out["memsnap_share_pct"] = round(statistics.median(share), 3)
     line = json.dumps(out)
     print("bench:", line)
     if args.out:

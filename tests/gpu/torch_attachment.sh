@@ -127,6 +127,9 @@ for r in $(seq $BENCH_ROUNDS); do
   env MEMSNAP_SKIP_BATCHES=100000 MEMSNAP_OVERWRITE=true MEMSNAP_FOLDER=$W/t_out $T --mode attach --label attach_outside_windows
   env $IN MEMSNAP_FOLDER=$W/t_in $T --mode attach --label attach_in_windows
   env $IN MEMSNAP_FOLDER=$W/t_st MEMSNAP_STACKS=native MEMSNAP_STACK_MIN_BYTES=1048576 $T --mode attach --label attach_in_windows_native_stacks_1MiB
+  # memsnap's own share in one process: its tracker bypassed in every other batch
+  env $IN MEMSNAP_FOLDER=$W/t_p $T --mode paired --label paired_in_windows
+  env $IN MEMSNAP_FOLDER=$W/t_ps MEMSNAP_STACKS=native MEMSNAP_STACK_MIN_BYTES=1048576 $T --mode paired --label paired_native_stacks_1MiB
 done
 python3 - "$OUT/tracker_bench.jsonl" <<'PY' || fail "cost summary"
 import collections, json, statistics, sys
@@ -141,6 +144,9 @@ for k, v in by.items():
           f"min {low(k, 'ns_per_entry'):6.1f}; cpu median {med(k, 'cpu_ns_per_entry'):6.1f} (+{med(k, 'cpu_ns_per_entry') - med('plain', 'cpu_ns_per_entry'):6.1f}) "
           f"min {low(k, 'cpu_ns_per_entry'):6.1f}; spread of medians {min(r['ns_per_entry'] for r in v):.1f}-{max(r['ns_per_entry'] for r in v):.1f}; "
           f"batch end median {med(k, 'batch_end_us_median'):6.1f} us, max {max(r['batch_end_us_max'] for r in v):7.1f} us; events/batch {v[0]['events_per_batch']}")
+    if "memsnap_share_ns_per_entry" in v[0]:
+        sh = sorted(r["memsnap_share_ns_per_entry"] for r in v)
+        print(f"{k:38s} memsnap's share, paired in-process: median {statistics.median(sh):.1f} ns/entry, rounds {sh[0]:.1f}..{sh[-1]:.1f}")
 PY
 fi
 
@@ -149,14 +155,19 @@ summarise=1
 step "bench: step time, ${BENCH_ROUNDS:=5} interleaved rounds, pinned to ${BENCH_PIN:=2-7}"
 B="timeout 240 taskset -c $BENCH_PIN python3 tests/bench/bench_gpu_step.py --warmup 15 --steps ${BENCH_STEPS:-60} --out $OUT/attach_bench.jsonl"
 REC="MEMSNAP_SKIP_BATCHES=0 MEMSNAP_INTERVAL=10 MEMSNAP_REPEAT=-1 MEMSNAP_OVERWRITE=true"
+# BENCH_ONLY="label ...": only those modes.
+b() { local label=$1; shift; if [[ -z ${BENCH_ONLY:-} || " $BENCH_ONLY " == *" $label "* ]]; then "$@" --label "$label"; fi; }
 for r in $(seq $BENCH_ROUNDS); do
-  $B --label plain
-  env MEMSNAP_TORCH_ATTACHMENT=0 PYTHONPATH=$PY $B --mode empty_tracker --label empty_tracker
-  env $REC MEMSNAP_FOLDER=$W/b_attach PYTHONPATH=$PY $B --mode attach --label attach_no_stacks
-  env $REC MEMSNAP_FOLDER=$W/b_py PYTHONPATH=$PY MEMSNAP_STACKS=python MEMSNAP_STACK_MIN_BYTES=1048576 $B --mode attach --label attach_python_stacks_1MiB
-  env $REC MEMSNAP_FOLDER=$W/b_run$r $MS run --no-aggregate -- $B --label memsnap_run_cupti_and_attach
-  $B --mode torch --label torch_record_all
-  $B --mode torch_state --label torch_record_state
+  b plain $B
+  b empty_tracker env MEMSNAP_TORCH_ATTACHMENT=0 PYTHONPATH=$PY $B --mode empty_tracker
+  b attach_no_stacks env $REC MEMSNAP_FOLDER=$W/b_attach PYTHONPATH=$PY $B --mode attach
+  b attach_python_stacks_1MiB env $REC MEMSNAP_FOLDER=$W/b_py PYTHONPATH=$PY MEMSNAP_STACKS=python MEMSNAP_STACK_MIN_BYTES=1048576 $B --mode attach
+  # memsnap's own share in one process: its tracker bypassed in every other step
+  b paired_no_stacks env $REC MEMSNAP_FOLDER=$W/b_pa PYTHONPATH=$PY $B --mode attach_paired
+  b paired_python_stacks_1MiB env $REC MEMSNAP_FOLDER=$W/b_pp PYTHONPATH=$PY MEMSNAP_STACKS=python MEMSNAP_STACK_MIN_BYTES=1048576 $B --mode attach_paired
+  b memsnap_run_cupti_and_attach env $REC MEMSNAP_FOLDER=$W/b_run$r $MS run --no-aggregate -- $B
+  b torch_record_all $B --mode torch
+  b torch_record_state $B --mode torch_state
 done
 fi
 
@@ -167,8 +178,8 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 by = collections.defaultdict(list)
 for r in rows:
     by[r["label"]].append(r)
-base = statistics.median(r["median_ms"] for r in by["plain"])
-base_min = min(r["median_ms"] for r in by["plain"])
+plain = [r["median_ms"] for r in by.get("plain", [])] or [float("nan")]
+base, base_min = statistics.median(plain), min(plain)
 for k, v in by.items():
     med = [r["median_ms"] for r in v]
     m, lo = statistics.median(med), min(med)
@@ -176,6 +187,9 @@ for k, v in by.items():
     host = statistics.median(r.get("host_median_ms", 0) for r in v)
     print(f"{k:30s} n={len(v)} median {m:7.3f} ms ({100*(m/base-1):+5.2f} %)  min {lo:7.3f} ms ({100*(lo/base_min-1):+5.2f} %)"
           f"  spread {min(med):.2f}-{max(med):.2f}  host {host:6.3f} ms  events/step {ev[0] if ev else '-'}")
+    if "memsnap_share_pct" in v[0]:
+        sh = sorted(r["memsnap_share_pct"] for r in v)
+        print(f"{k:30s} memsnap's share, paired in-process: median {statistics.median(sh):+.2f} %, rounds {sh[0]:+.2f}..{sh[-1]:+.2f} %")
 PY
 fi
 

@@ -50,9 +50,15 @@ TEST(Cli, RunUnderMpirunRecordsGathersAndNamesThePlantedRanks) {
   const std::vector<std::pair<std::string, int>> expected = {{"leak", 2}, {"shard_imbalance", 1}, {"spike", 3}};
   EXPECT_EQ(findings_of(summary), expected) << summary["findings"].dump(2);
   for (const auto& f : summary["findings"]) {
-    if (f["kind"] == "leak") EXPECT_EQ(f["bytes"], 16u << 20) << "per batch";
-    if (f["kind"] == "shard_imbalance") EXPECT_EQ(f["bytes"], 12ull * 512 * 512 * 2 * 3 / 4) << "3/4 of layer 0";
-    if (f["kind"] == "spike") EXPECT_EQ(f["batch"], 6);
+    if (f["kind"] == "leak") {
+      EXPECT_EQ(f["bytes"], 16u << 20) << "per batch";
+    }
+    if (f["kind"] == "shard_imbalance") {
+      EXPECT_EQ(f["bytes"], 12ull * 512 * 512 * 2 * 3 / 4) << "3/4 of layer 0";
+    }
+    if (f["kind"] == "spike") {
+      EXPECT_EQ(f["batch"], 6);
+    }
     EXPECT_TRUE(f["site"].is_string()) << f.dump();
   }
   for (int rank = 0; rank < 4; ++rank) {
@@ -127,7 +133,9 @@ TEST(Cli, TheDemoNamesLeakRank3UnshardedRank0AndSpikeOnRank2Batch3) {
   const std::vector<std::pair<std::string, int>> expected = {{"leak", 3}, {"shard_imbalance", 0}, {"spike", 2}};
   EXPECT_EQ(findings_of(summary), expected) << summary["findings"].dump(2);
   for (const auto& f : summary["findings"]) {
-    if (f["kind"] == "spike") EXPECT_EQ(f["batch"], 3);
+    if (f["kind"] == "spike") {
+      EXPECT_EQ(f["batch"], 3);
+    }
   }
   EXPECT_EQ(summary["imbalance"]["outlier_ranks"], json::array({2})) << "the spike makes rank 2's peak the outlier";
   // The rendered page shows the outlier and the causes; a screenshot stays as an artifact.

@@ -134,9 +134,10 @@ class Recorder {
   // replace the same segment reported by CUPTI on this thread (the cudaMalloc or cuMemMap inside
   // the allocator), whichever comes first: each segment is counted once. `foreign` frames
   // (innermost first) follow the native ones when native stacks are on; pass them only when
-  // wants_stack() said so.
+  // wants_stack() said so. `tsc_ticks`: the allocator's own TSC reading of the event (x86's
+  // rdtsc, as PyTorch's trace entries hold), saving the recorder a read; 0: none.
   void record_from_allocator(Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
-                             std::span<const std::uintptr_t> foreign = {}) noexcept;
+                             std::span<const std::uintptr_t> foreign = {}, std::uint64_t tsc_ticks = 0) noexcept;
   // Whether an event of this action and size gets a stack (stacks on, size >= stack_min_bytes).
   bool wants_stack(Action action, std::uint64_t size) const noexcept;
   StackMode stack_mode() const noexcept;

@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
 #include "log.hpp"
 #include "memsnap/config.hpp"
 #include "memsnap/launch_env.hpp"
@@ -52,7 +56,33 @@ State& state() {
   return *s;
 }
 
+// PyTorch stamps each entry with its approximate clock, the TSC on x86 where its allocator was
+// built as plain C++. Checked once against our own read (the entry was stamped microseconds ago);
+// where it holds, the recorder reuses the stamp instead of reading the TSC again.
+std::atomic<int> g_entry_time_is_tsc{0};  // 0 not checked yet, 1 yes, 2 no
+
+// Benchmarks only (memsnap_torch_bench_bypass): the tracker returns at once, as an empty one
+// would, so that one process can alternate between memsnap's cost and PyTorch's alone.
+std::atomic<bool> g_bypass{false};
+
+std::uint64_t entry_tsc(const TraceEntry& te) noexcept {
+#if defined(__x86_64__)
+  const int known = g_entry_time_is_tsc.load(std::memory_order_relaxed);
+  if (known == 1) return te.time_.approx_t_;
+  if (known == 0) {
+    const std::uint64_t now = __rdtsc(), stamp = te.time_.approx_t_;
+    const bool tsc = stamp <= now && now - stamp < (std::uint64_t{1} << 32);  // about a second at 4 GHz
+    g_entry_time_is_tsc.store(tsc ? 1 : 2, std::memory_order_relaxed);
+    return tsc ? stamp : 0;
+  }
+#else
+  (void)te;
+#endif
+  return 0;
+}
+
 void on_trace_entry(const TraceEntry& te) noexcept {
+  if (g_bypass.load(std::memory_order_relaxed)) [[unlikely]] return;
   Recorder& r = Recorder::global();
   const auto action = static_cast<Action>(te.action_);
   const int device = te.device_;
@@ -66,10 +96,10 @@ void on_trace_entry(const TraceEntry& te) noexcept {
   if (state().python_stacks.load(std::memory_order_relaxed) && r.wants_stack(action, te.size_)) {
     std::array<std::uintptr_t, kMaxPythonFrames> frames;
     const int n = capture_python_frames(frames);
-    r.record_from_allocator(action, device, te.addr_, te.size_, stream, std::span(frames.data(), n));
+    r.record_from_allocator(action, device, te.addr_, te.size_, stream, std::span(frames.data(), n), entry_tsc(te));
     return;
   }
-  r.record_from_allocator(action, device, te.addr_, te.size_, stream);
+  r.record_from_allocator(action, device, te.addr_, te.size_, stream, {}, entry_tsc(te));
 }
 
 // Starts the recorder where no other source did (no CUPTI injection), or joins it.
@@ -139,6 +169,17 @@ extern "C" __attribute__((visibility("default"))) void memsnap_torch_resolve_pyt
 /// PyTorch itself (its trace entries are built only while some tracker or its history is on).
 extern "C" __attribute__((visibility("default"))) void memsnap_torch_attach_empty_tracker() {
   c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker([](const TraceEntry&) {});
+}
+
+/// For tests/bench only: what the attached tracker does with one trace entry (no GPU needed).
+extern "C" __attribute__((visibility("default"))) void memsnap_torch_on_trace_entry(const TraceEntry* te) {
+  on_trace_entry(*te);
+}
+
+/// For benchmarks only: 1 makes the attached tracker return at once (the record then has holes),
+/// 0 records again. Lets one process alternate batches with and without memsnap's share.
+extern "C" __attribute__((visibility("default"))) void memsnap_torch_bench_bypass(int on) {
+  g_bypass.store(on != 0, std::memory_order_relaxed);
 }
 
 /// The device's memory size, for OOM records (PyTorch's OOM entry carries only the free bytes).
