@@ -44,6 +44,10 @@ void add_aggregate(CLI::App& app, int& code) {
   cmd->add_flag("--keep-going", o.keep_going, "write what can be written; mark missing, truncated and corrupt ranks");
   cmd->add_flag("--overwrite", o.overwrite, "replace an existing store");
   cmd->add_option("--top-sites", o.top_sites, "allocation sites kept per window")->check(CLI::Range(1, 100000));
+  cmd->add_option("--threads", o.threads,
+                  "compression threads per aggregator rank, on the CPUs mpirun bound it to (default: the node's "
+                  "cores shared among its aggregator ranks, also past a one-core binding)")
+      ->check(CLI::Range(1, 1024));
   cmd->callback([&code] {
     o.progress = isatty(STDERR_FILENO) != 0;
     if (!config.empty()) {

@@ -197,10 +197,12 @@ TEST(AggregateTest, SameStoreWhateverTheNumberOfAggregatorRanks) {
   const auto want = make_clean_run(t / "run", 5);
   std::string json1;
   std::vector<std::vector<SummaryRow>> summaries;
-  for (int np : {1, 2, 4, 7}) {
-    SCOPED_TRACE("np " + std::to_string(np));
-    const fs::path store = t / ("store" + std::to_string(np) + ".h5");
-    const Result r = aggregate(np, t / "run", "-o " + quote(store.string()));
+  // Then with the compression threads set by hand (kept inside mpirun's binding), one and three.
+  for (const auto& [np, threads] : std::vector<std::pair<int, int>>{{1, 0}, {2, 0}, {4, 0}, {7, 0}, {2, 1}, {1, 3}}) {
+    SCOPED_TRACE("np " + std::to_string(np) + " threads " + std::to_string(threads));
+    const fs::path store = t / ("store" + std::to_string(np) + "t" + std::to_string(threads) + ".h5");
+    const std::string flags = threads ? " --threads " + std::to_string(threads) : "";
+    const Result r = aggregate(np, t / "run", "-o " + quote(store.string()) + flags);
     ASSERT_EQ(r.rc, 0) << r.err;
     const Result i = info_cmd(store);
     ASSERT_EQ(i.rc, 0) << i.err;
@@ -208,9 +210,14 @@ TEST(AggregateTest, SameStoreWhateverTheNumberOfAggregatorRanks) {
     EXPECT_EQ(i.out, json1);  // byte-identical
     StoreReader reader(store);
     for (int rank = 0; rank < 5; ++rank) expect_same_rank(reader.read_rank(rank), want[rank]);
-    EXPECT_EQ(reader.sites(), StoreReader(t / "store1.h5").sites());
-    EXPECT_EQ(reader.summary(), StoreReader(t / "store1.h5").summary());
+    EXPECT_EQ(reader.sites(), StoreReader(t / "store1t0.h5").sites());
+    EXPECT_EQ(reader.summary(), StoreReader(t / "store1t0.h5").summary());
   }
+  // --threads is checked: a count of 0 is refused with one line and no store.
+  const Result bad = aggregate(0, t / "run", "-o " + quote((t / "bad.h5").string()) + " --threads 0");
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--threads"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(t / "bad.h5"));
   // The spill folder summarised directly says the same.
   const Result s = info_cmd(t / "run");
   ASSERT_EQ(s.rc, 0) << s.err;

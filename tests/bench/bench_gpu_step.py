@@ -12,7 +12,9 @@ One mode per process (tests/gpu/run.sh and tests/gpu/torch_attachment.sh run the
                       its two bypassed neighbours), in percent of the neighbours
 A 12-layer bf16 transformer, NVTX range "step" around each batch, `--warmup` untimed then
 `--steps` timed batches; prints one JSON line with the median and p90 ms per step, and the median
-time this thread spent before it waited for the GPU (host work a GPU-bound step hides).
+time this thread spent before it waited for the GPU (host work a GPU-bound step hides), and the
+CPU time of that part (time.thread_time: how much of it the thread ran; on a shared machine the
+rest is time spent waiting for a core).
 """
 import argparse
 import json
@@ -65,7 +67,7 @@ def main():
         torch.cuda.memory._record_memory_history(max_entries=100000)
     elif args.mode == "torch_state":
         torch.cuda.memory._record_memory_history(enabled="state")
-    times, host = [], []
+    times, host, cpu = [], [], []
     allocs_before = 0
     for i in range(args.warmup + args.steps):
         if i == args.warmup:
@@ -74,7 +76,7 @@ def main():
         if bypass is not None:
             bypass(i % 2 == 0)
         torch.cuda.nvtx.range_push("step")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         x = torch.randn(args.batch, args.seq, args.width, device=dev)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x).float().pow(2).mean()
@@ -82,6 +84,7 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         host.append((time.perf_counter() - t0) * 1e3)  # this thread's work, before waiting on the GPU
+        cpu.append((time.thread_time() - c0) * 1e3)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.nvtx.range_pop()
@@ -97,6 +100,7 @@ def main():
         "median_ms": round(statistics.median(timed), 3),
         "p90_ms": round(sorted(timed)[int(0.9 * (len(timed) - 1))], 3),
         "host_median_ms": round(statistics.median(host[args.warmup:]), 3),
+        "cpu_median_ms": round(statistics.median(cpu[args.warmup:]), 3),
         "steps": len(timed),
         "allocs_per_step": round(allocs / max(len(timed), 1), 1),
         "events_per_step": round(events / max(len(timed), 1), 1),
@@ -104,11 +108,13 @@ def main():
     }
     if bypass is not None:
         # times[i] was recorded for odd i; each recorded step against its two bypassed neighbours.
-        share = [100 * times[i] / ((times[i - 1] + times[i + 1]) / 2) - 100
-                 for i in range(args.warmup + 1, len(times) - 1) if i % 2 == 1]
+        def share_of(t):
+            return statistics.median(100 * t[i] / ((t[i - 1] + t[i + 1]) / 2) - 100
+                                     for i in range(args.warmup + 1, len(t) - 1) if i % 2 == 1)
         out["bypassed_median_ms"] = round(statistics.median(times[args.warmup::2] if args.warmup % 2 == 0 else times[args.warmup + 1::2]), 3)
         out["recorded_median_ms"] = round(statistics.median([times[i] for i in range(args.warmup, len(times)) if i % 2 == 1]), 3)
-        out["memsnap_share_pct"] = round(statistics.median(share), 3)
+        out["memsnap_share_pct"] = round(share_of(times), 3)
+        out["memsnap_cpu_share_pct"] = round(share_of(cpu), 3)
     line = json.dumps(out)
     print("bench:", line)
     if args.out:

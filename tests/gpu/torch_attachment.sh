@@ -178,18 +178,24 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 by = collections.defaultdict(list)
 for r in rows:
     by[r["label"]].append(r)
-plain = [r["median_ms"] for r in by.get("plain", [])] or [float("nan")]
-base, base_min = statistics.median(plain), min(plain)
+def base_of(key):
+    v = [r[key] for r in by.get("plain", []) if key in r] or [float("nan")]
+    return statistics.median(v), min(v)
+for key, what in (("median_ms", "wall"), ("cpu_median_ms", "cpu")):
+    base, base_min = base_of(key)
+    for k, v in by.items():
+        med = [r[key] for r in v if key in r]
+        if not med:
+            continue
+        m, lo = statistics.median(med), min(med)
+        ev = [r.get("events_per_step") for r in v if r.get("events_per_step")]
+        print(f"{what} {k:30s} n={len(med)} median {m:7.3f} ms ({100*(m/base-1):+5.2f} %)  min {lo:7.3f} ms ({100*(lo/base_min-1):+5.2f} %)"
+              f"  spread {min(med):.2f}-{max(med):.2f}  events/step {ev[0] if ev else '-'}")
 for k, v in by.items():
-    med = [r["median_ms"] for r in v]
-    m, lo = statistics.median(med), min(med)
-    ev = [r.get("events_per_step") for r in v if r.get("events_per_step")]
-    host = statistics.median(r.get("host_median_ms", 0) for r in v)
-    print(f"{k:30s} n={len(v)} median {m:7.3f} ms ({100*(m/base-1):+5.2f} %)  min {lo:7.3f} ms ({100*(lo/base_min-1):+5.2f} %)"
-          f"  spread {min(med):.2f}-{max(med):.2f}  host {host:6.3f} ms  events/step {ev[0] if ev else '-'}")
-    if "memsnap_share_pct" in v[0]:
-        sh = sorted(r["memsnap_share_pct"] for r in v)
-        print(f"{k:30s} memsnap's share, paired in-process: median {statistics.median(sh):+.2f} %, rounds {sh[0]:+.2f}..{sh[-1]:+.2f} %")
+    for key, what in (("memsnap_share_pct", "wall"), ("memsnap_cpu_share_pct", "cpu")):
+        sh = sorted(r[key] for r in v if key in r)
+        if sh:
+            print(f"{what} {k:30s} memsnap's share, paired in-process: median {statistics.median(sh):+.2f} %, rounds {sh[0]:+.2f}..{sh[-1]:+.2f} %")
 PY
 fi
 
