@@ -57,4 +57,8 @@ std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t seed) noexce
   return ~c;
 }
 
+std::uint32_t crc32c_portable(const void* data, std::size_t n, std::uint32_t seed) noexcept {
+  return ~crc_table(static_cast<const unsigned char*>(data), n, ~seed);
+}
+
 }  // namespace memsnap
