@@ -38,9 +38,12 @@ bool is_python(const Frame& f) {
   return f.file.size() > 3 && f.file.compare(f.file.size() - 3, 3, ".py") == 0;
 }
 
-// Python code installed as a package (torch itself, transformers, ...), not the user's.
+// Python code installed as a package (torch itself, transformers, ...), not the user's; also the
+// code torch.compile generates (Inductor's output modules in its cache folder, FX's
+// `<eval_with_key>` graphs): the user's line is the one that called the compiled model.
 bool is_installed_library(const Frame& f) {
-  static constexpr std::string_view parts[] = {"site-packages/", "dist-packages/", "/lib/python3", "<frozen"};
+  static constexpr std::string_view parts[] = {"site-packages/", "dist-packages/", "/lib/python3", "<frozen",
+                                               "torchinductor_", "/torch/_inductor/", "<eval_with_key", "/torch/_dynamo/"};
   for (auto p : parts) {
     if (contains(f.file, p)) return true;
   }
@@ -153,7 +156,7 @@ double median(std::vector<double> v) {
 // `kept`: (alloc time, size, stack) of the allocations made in the window and live at its end,
 // which the first replay leaves in the live table.
 template <class Apply, class Reset, class LiveMap, class SiteOf, class Kept>
-void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& reset, LiveMap& live, SiteOf& site_of,
+void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Reset& reset, LiveMap& live, SiteOf& site_of,
                  const std::vector<std::ptrdiff_t>& start_index, const std::vector<std::ptrdiff_t>& peak_index,
                  const std::vector<Kept>& made, WindowStats& s) {
   const std::size_t nb = s.batches.size();
@@ -245,6 +248,52 @@ void batch_sites(const RankRecord&, const WindowRecord& w, Apply& apply, Reset& 
       }
     }
     s.growth_site_per_batch = best;
+
+    // What the batches keep for good. An allocation made in the window and live at its end is
+    // either the last batch's own (its inputs, outputs and gradients, freed when the next batch
+    // rebinds them) or kept. A code path (one stack) whose live allocations were made at two or
+    // more separate times, more than a quarter of a batch apart, keeps memory batch after batch,
+    // wherever the batch boundaries fell. Grouped by stack, not by site: two views through one
+    // model, or a GAN's two backward passes, allocate what the last batch holds at two times
+    // but from two stacks. Allocations without a stack (autograd's backward thread) share one,
+    // so they need three times. What all times but the last made, per time: independent of the
+    // batches' low points (which vary with the batches' sizes), and the same on every rank that
+    // runs the same leaking code.
+    const double period = static_cast<double>(starts.back() - starts.front()) / spans;
+    std::unordered_map<std::uint32_t, std::vector<std::pair<std::int64_t, std::uint64_t>>> kept_by_stack;
+    for (const auto& e : made) kept_by_stack[e.stack].emplace_back(e.time_ns, e.size);
+    double total = 0, top = 0;
+    for (auto& [stack, list] : kept_by_stack) {
+      std::sort(list.begin(), list.end());
+      double kept_bytes = 0, last_time_bytes = 0;
+      std::int64_t last_time_start = list.front().first;
+      std::uint32_t times = 1;
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        if (i > 0 && static_cast<double>(list[i].first - list[i - 1].first) > period / 4) {
+          ++times;
+          kept_bytes += last_time_bytes;
+          last_time_bytes = 0;
+          last_time_start = list[i].first;
+        }
+        last_time_bytes += static_cast<double>(list[i].second);
+      }
+      const bool framed = stack < rank.stacks.size() && !rank.stacks[stack].empty();
+      if (times < (framed ? 2u : 3u)) continue;
+      // Per time, or per batch where it kept less often than every batch (a sample grid every
+      // other batch); batch durations vary too much (a spike batch is slow) to count by time.
+      const auto crossed = std::count_if(starts.begin(), starts.end(), [&](std::int64_t t) {
+        return t > list.front().first && t <= last_time_start;
+      });
+      const double per_batch = kept_bytes / static_cast<double>(std::max<std::int64_t>(times - 1, crossed));
+      total += per_batch;
+      const std::string& name = site_of(stack).first;
+      if (per_batch > top || (per_batch == top && name < s.retained_site)) {
+        top = per_batch;
+        s.retained_site = name;
+        s.retained_times = times;
+      }
+    }
+    s.retained_per_batch = total;
   }
 }
 

@@ -238,6 +238,10 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     bool measured = false;
     std::string site;
     const WindowDigest* inferred = nullptr;  // a window whose batches were inferred
+    double retained = 0;                     // kept for good per batch (WindowDigest::retained_per_batch)
+    double retained_top = 0;
+    std::string retained_site;
+    std::uint32_t retained_times = 0;
   };
   std::map<int, Growth> growth_of;
   for (auto& [r, v] : ranks) {
@@ -251,10 +255,17 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
       g.monotone &= d->growth_monotone;
       if (!d->growth_site.empty()) g.site = d->growth_site;
       if (d->batch_method != "recorded") g.inferred = d;
+      g.retained += d->retained_per_batch * n;
+      if (d->retained_per_batch > g.retained_top) {
+        g.retained_top = d->retained_per_batch;
+        g.retained_site = d->retained_site;
+        g.retained_times = d->retained_times;
+      }
       for (const auto& b : d->batches) v.baseline = std::min<std::uint64_t>(v.baseline, b.min_allocated);
     }
     if (spans > 0) {
       g.per_batch = sum / spans;
+      g.retained /= spans;
       g.measured = true;
     } else if (v.batches >= 2) {
       g.per_batch = v.growth_per_batch;
@@ -278,24 +289,44 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     std::snprintf(c, sizeof c, "%.2f", d->batch_confidence);
     return "; batch boundaries inferred (" + d->batch_method + ": " + d->batch_detail + ", confidence " + c + ")";
   };
+  // Two kinds of evidence. Memory kept for good (a site whose allocations from separate times
+  // of the window are all still held at its end) is judged on its own, not against the other
+  // ranks: a leak in the code every rank runs is on every rank. Low points that rise faster than
+  // the median rank's catch what is kept by regrowing one tensor (torch.cat onto a running
+  // result frees the last one), which keeps nothing from earlier times.
+  const double keep_floor = threshold(peak_median, 0.0002);
+  std::size_t keeping_ranks = 0;
+  for (const auto& [r, g] : growth_of) keeping_ranks += g.measured && g.retained > keep_floor;
   for (const auto& [r, v] : ranks) {
     const Growth& g = growth_of[r];
-    if (!v.has_data() || !g.measured || !g.monotone) continue;
+    if (!v.has_data() || !g.measured) continue;
     const double excess = g.per_batch - growth_norm;
-    if (excess <= threshold(peak_median, 0.002)) continue;
+    const bool rising = g.monotone && excess > threshold(peak_median, 0.002);
+    const bool keeping = g.retained > keep_floor;
+    if (!rising && !keeping) continue;
     leaking.insert(r);
-    std::string site = g.site;
+    const double bytes = keeping ? g.retained : excess;
+    std::string site = keeping && !g.retained_site.empty() ? g.retained_site : g.site;
     if (site.empty()) site = site_excess(r, v.windows.back()->batch_end).first;
+    std::string detail = "rank " + std::to_string(r) + " keeps " + human_bytes(bytes_of(bytes)) + " more after every batch";
+    if (keeping) {
+      detail += (site.empty() ? std::string(": memory") : ", held by " + site + ": memory") + " allocated at " +
+                std::to_string(g.retained_times) + " separate times of the window is all still held at its end";
+      if (keeping_ranks >= 3 && keeping_ranks * 2 > measured_growths.size()) {
+        detail += "; " + std::to_string(keeping_ranks - 1) + " other ranks do the same, so the leak is in code every rank runs";
+      }
+    } else {
+      detail += std::string(" than ") +
+                (measured_growths.size() >= 3 ? "the other ranks" : "it started the batch before with") +
+                (site.empty() ? "" : ", held by " + site);
+    }
     findings.push_back({{"kind", "leak"},
                         {"rank", r},
                         {"batch", v.windows.back()->batch_end},
-                        {"bytes", bytes_of(excess)},
+                        {"bytes", bytes_of(bytes)},
                         {"site", site_or_null(site)},
                         {"batches_inferred", g.inferred != nullptr},
-                        {"detail", "rank " + std::to_string(r) + " keeps " + human_bytes(bytes_of(excess)) +
-                                       " more after every batch than " +
-                                       (measured_growths.size() >= 3 ? "the other ranks" : "it started the batch before with") +
-                                       (site.empty() ? "" : ", held by " + site) + inferred_note(g.inferred)}});
+                        {"detail", detail + inferred_note(g.inferred)}});
   }
 
   // Shard imbalance: more memory held at every batch boundary than the median, not growing.

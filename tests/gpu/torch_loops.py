@@ -47,6 +47,26 @@ LOOPS = {
     "lstm_sgd": (4, {2: "leak", 1: "spike"}, dict(alloc_conf="", stacks="all", context="all")),
     "vit_adam": (6, {4: "leak", 0: "spike"}, dict(alloc_conf="expandable_segments:True", stacks="python",
                                                   context="all", skip=3, interval=5)),
+    # Second set, written before the rules were changed for it (stop 22). Patterns the first set
+    # lacked: a leak in the code every rank runs, an evaluation pass inside the window, a leak
+    # every other batch, a leak far below the job's peak, torch.compile, AMP with a GradScaler and
+    # gradients kept between batches, Composer's default window (skip 1, interval 3).
+    # Every rank keeps its logits for an epoch metric; rank 2 also spikes. Composer's defaults.
+    "lm_everyrank": (4, {0: "leak", 1: "leak", 2: "leak+spike", 3: "leak"},
+                     dict(alloc_conf="", stacks="python", context="all", skip=1, interval=3, spike_at=2)),
+    # ResNet-style CNN (BatchNorm), torch.optim.SGD with nesterov, an eval pass every 2 batches.
+    "resnet_eval": (4, {1: "leak", 3: "spike"}, dict(alloc_conf="", stacks="python", context="all", skip=2, interval=5)),
+    # GAN, two Adam optimizers a batch; the leak keeps a sample grid every other batch.
+    "gan_two_opt": (4, {0: "leak", 2: "spike"}, dict(alloc_conf="expandable_segments:True", stacks="python",
+                                                     context="all", skip=1, interval=4)),
+    # A 2.5 GB job that leaks 2 MiB a batch (below 0.1 % of its peak); every rank's batch size varies.
+    "mlp_slow_leak": (4, {1: "leak"}, dict(alloc_conf="", stacks="python", context="all", skip=2, interval=4)),
+    # torch.compile'd LM with fused AdamW; the spike's new sequence length recompiles.
+    "compiled_lm": (4, {2: "leak", 0: "spike"}, dict(alloc_conf="", stacks="python", context="all", skip=3, interval=4)),
+    # fp16 autocast with a GradScaler, clipping after unscale_, grads zeroed not freed, an LR
+    # schedule; the leak grows one tensor with torch.cat (each batch frees the last one).
+    "amp_cat_metrics": (4, {1: "leak", 3: "spike"}, dict(alloc_conf="", stacks="python", context="all", skip=1,
+                                                         interval=3, spike_at=2)),
 }
 SKIP, INTERVAL = 2, 4
 SPIKE_AT = SKIP + 2  # the spike rank's large batch
@@ -66,7 +86,8 @@ def worker(loop, rank, role, out, ring_entries):
     dev = torch.device("cuda", 0)
     _, _, cfg = LOOPS[loop]
     SKIP, INTERVAL = cfg.get("skip", 2), cfg.get("interval", 4)
-    SPIKE_AT = SKIP + 2
+    SPIKE_AT = cfg.get("spike_at", SKIP + 2)
+    roles = set(role.split("+"))  # a rank may have more than one planted cause
     record = lambda max_entries=100000: torch.cuda.memory._record_memory_history(
         enabled="all", context=cfg["context"], stacks=cfg["stacks"], max_entries=max_entries)
     kept = []  # what a leaking rank holds on to
@@ -272,7 +293,170 @@ def worker(loop, rank, role, out, ring_entries):
             if batch == SKIP + INTERVAL - 1:
                 torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
                 torch.cuda.memory._record_memory_history(enabled=None)
-    if kept and role == "leak":
+    elif loop == "lm_everyrank":
+        vocab, d = 4096, 512
+        emb = nn.Embedding(vocab, d).to(dev)
+        body = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 8, 2048, batch_first=True), 2).to(dev)
+        head = nn.Linear(d, vocab).to(dev)
+        opt = torch.optim.AdamW([*emb.parameters(), *body.parameters(), *head.parameters()], lr=1e-4)
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            seq = 1024 if "spike" in roles and batch == SPIKE_AT else 192
+            tokens = torch.randint(0, vocab, (8, seq), device=dev)
+            logits = head(body(emb(tokens)))
+            loss = F.cross_entropy(logits.view(-1, vocab), tokens.view(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            kept.append(logits[:, :192].detach().clone())  # every rank: logits kept for an epoch-end metric
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "resnet_eval":
+        def block(cin, cout):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+        model = nn.Sequential(block(3, 64), block(64, 64), nn.MaxPool2d(2), block(64, 128), block(128, 128),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 100)).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            model.train()
+            bs = 256 if "spike" in roles and batch == SPIKE_AT else 64
+            x = torch.randn(bs, 3, 64, 64, device=dev)
+            y = torch.randint(0, 100, (bs,), device=dev)
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if "leak" in roles:  # hard examples kept for a report, never trimmed
+                kept.append(x[:64].detach().clone())
+            if batch % 2 == 1:  # evaluation pass: three validation batches, no grad
+                model.eval()
+                with torch.no_grad():
+                    correct = 0
+                    for _ in range(3):
+                        xv = torch.randn(128, 3, 64, 64, device=dev)
+                        correct += (model(xv).argmax(1) == torch.randint(0, 100, (128,), device=dev)).sum()
+                    truth.setdefault("eval_after", []).append(batch)
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "gan_two_opt":
+        z_dim = 128
+        G = nn.Sequential(nn.Linear(z_dim, 1024), nn.ReLU(), nn.Linear(1024, 4096), nn.ReLU(),
+                          nn.Linear(4096, 3 * 32 * 32), nn.Tanh()).to(dev)
+        D = nn.Sequential(nn.Linear(3 * 32 * 32, 4096), nn.LeakyReLU(0.2), nn.Linear(4096, 1024), nn.LeakyReLU(0.2),
+                          nn.Linear(1024, 1)).to(dev)
+        opt_g = torch.optim.Adam(G.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        opt_d = torch.optim.Adam(D.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        bce = F.binary_cross_entropy_with_logits
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            bs = 1024 if "spike" in roles and batch == SPIKE_AT else 128
+            real = torch.randn(bs, 3 * 32 * 32, device=dev)
+            ones, zeros = torch.ones(bs, 1, device=dev), torch.zeros(bs, 1, device=dev)
+            fake = G(torch.randn(bs, z_dim, device=dev))
+            d_loss = bce(D(real), ones) + bce(D(fake.detach()), zeros)
+            opt_d.zero_grad()
+            d_loss.backward()
+            opt_d.step()
+            g_loss = bce(D(fake), ones)
+            opt_g.zero_grad()
+            g_loss.backward()
+            opt_g.step()
+            if "leak" in roles and batch % 2 == 0:  # a sample grid for the log, every other batch
+                with torch.no_grad():
+                    kept.append(G(torch.randn(512, z_dim, device=dev)))
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "mlp_slow_leak":
+        w = 4096
+        model = nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(w, w), nn.ReLU())]).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        sizes = [192, 256, 320, 224, 288, 160]
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            bs = sizes[(batch + rank) % len(sizes)]
+            x = torch.randn(bs, w, device=dev)
+            loss = model(x).float().pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if "leak" in roles:  # 128 rows of the input kept each batch: 2 MiB
+                kept.append(x[:128].detach().clone())
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "compiled_lm":
+        vocab, d = 4096, 512
+
+        class LM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(vocab, d)
+                self.body = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 8, 2048, batch_first=True,
+                                                                              norm_first=True), 3)
+                self.head = nn.Linear(d, vocab)
+
+            def forward(self, tokens):
+                h = self.body(self.emb(tokens))
+                return h, self.head(h)
+
+        model = torch.compile(LM().to(dev))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            seq = 1024 if "spike" in roles and batch == SPIKE_AT else 256
+            tokens = torch.randint(0, vocab, (8, seq), device=dev)
+            h, logits = model(tokens)
+            loss = F.cross_entropy(logits.view(-1, vocab), tokens.view(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if "leak" in roles:  # hidden states kept for a probe
+                kept.append(h.detach())
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "amp_cat_metrics":
+        model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 4096), nn.GELU(),
+                              nn.Linear(4096, 2000)).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=100)
+        scaler = torch.amp.GradScaler("cuda")
+        all_probs = None
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            bs = 4096 if "spike" in roles and batch == SPIKE_AT else 512
+            x = torch.randn(bs, 1024, device=dev)
+            y = torch.randint(0, 2000, (bs,), device=dev)
+            opt.zero_grad(set_to_none=False)
+            with torch.autocast("cuda", dtype=torch.float16):
+                logits = model(x)
+                loss = F.cross_entropy(logits, y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+            sched.step()
+            if "leak" in roles:  # every prediction so far, for an epoch AUC: regrown each batch
+                probs = logits[:512].float().softmax(-1).detach()
+                all_probs = probs if all_probs is None else torch.cat([all_probs, probs])
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+        if all_probs is not None:
+            kept.append(all_probs)
+    if kept and "leak" in roles:
         truth["kept_bytes"] = sum(t.numel() * t.element_size() for t in kept if torch.is_tensor(t))
     with open(os.path.join(out, f"truth.rank{rank}.json"), "w") as f:
         json.dump(truth, f)
@@ -298,7 +482,7 @@ def run_loop(loop, out, ring_entries=0):
             os.remove(path)
     skip, interval = cfg.get("skip", SKIP), cfg.get("interval", INTERVAL)
     manifest = {"loop": loop, "world_size": ranks, "skip_batches": skip, "interval": interval,
-                "spike_batch": skip + 2, "settings": cfg, "ring_entries": ring_entries,
+                "spike_batch": cfg.get("spike_at", skip + 2), "settings": cfg, "ring_entries": ring_entries,
                 "exit_codes": codes, "ranks": truths}
     with open(os.path.join(d, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)

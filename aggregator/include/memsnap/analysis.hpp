@@ -77,6 +77,14 @@ struct WindowStats {
   bool growth_monotone = false;      // every batch's low point is at least the one before's
   std::string growth_site;
   double growth_site_per_batch = 0;
+  // Memory the batches keep for good: bytes per batch of the window's allocations still live at
+  // its end from sites that made them at two or more separate times (a quarter of a batch apart
+  // or more), the last time's left out (it may be the last batch's own tensors). 0 where no site
+  // keeps memory batch after batch. `retained_site` keeps the most; `retained_times` is how many
+  // separate times it allocated what it keeps.
+  double retained_per_batch = 0;
+  std::string retained_site;
+  std::uint32_t retained_times = 0;
 };
 
 struct AnalysisOptions {

@@ -48,6 +48,9 @@ struct WindowDigest {
   bool growth_monotone = false;
   std::string growth_site;
   double growth_site_per_batch = 0;
+  double retained_per_batch = 0;              // WindowStats::retained_per_batch ...
+  std::string retained_site;
+  std::uint32_t retained_times = 0;
   bool cut_short = false;                     // closed by an OOM or a kill, mid-batch
 };
 
