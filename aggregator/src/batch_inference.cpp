@@ -106,6 +106,7 @@ struct Anchor {
   std::size_t occurrences = 0;
   std::string what;
   bool user = false;  // a frame of the user's code, not of the framework
+  std::size_t multiple = 1;  // occurrences a batch (torch.optim steps of several optimizers)
 };
 
 // Burst-start positions that recur once per period over the whole sequence: evenly spaced and
@@ -249,7 +250,7 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
 
   const auto level = levels_before(w);
   auto finish = [&](const std::vector<std::size_t>& all_anchors, const std::string& method, double confidence,
-                    std::string detail, std::size_t multiple = 1) {
+                    std::string detail, std::size_t multiple = 1, bool may_be_micro_batches = true) {
     // m anchors a batch: of the m ways to take every m-th, the one whose boundaries sit lowest
     // (between micro-batches the accumulated gradients are still held; between batches not).
     std::vector<std::size_t> anchors = all_anchors, bounds;
@@ -268,11 +269,12 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
         bounds = std::move(b);
       }
     }
-    if (multiple > 1) detail += "; every " + std::to_string(multiple) + "th burst (" + std::to_string(multiple) + " micro-batches a batch)";
+    if (multiple > 1 && may_be_micro_batches)
+      detail += "; every " + std::to_string(multiple) + "th burst (" + std::to_string(multiple) + " micro-batches a batch)";
     if (multiple == 1) bounds = place_boundaries(anchors, level);
     // Count unknown: micro-batches of gradient accumulation look like batches, but every m-th
     // boundary sits lower than all the others (the accumulated gradients are freed only there).
-    if (expected == 0 && multiple == 1) {
+    if (expected == 0 && multiple == 1 && may_be_micro_batches) {
       for (std::size_t m = 2; m <= 4 && bounds.size() >= 2 * m; ++m) {
         for (std::size_t c = 0; c < m; ++c) {
           std::uint64_t low_max = 0, other_min = UINT64_MAX;
@@ -328,6 +330,35 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
     return static_cast<std::size_t>(it - w.events.begin());
   };
 
+  // Several optimizers of one class step in every batch (a GAN's generator and discriminator):
+  // the steps' annotations name the class only, but what each step allocates comes from its own
+  // line. m when the stacks of the first allocation after each step repeat with period m
+  // (A B A B ...), else 1.
+  auto optimizers_per_batch = [&](const std::vector<std::size_t>& steps) -> std::size_t {
+    std::vector<std::uint32_t> stack_after;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const std::size_t end = i + 1 < steps.size() ? steps[i + 1] : w.events.size();
+      std::uint32_t sid = kNoStack;
+      for (std::size_t e = steps[i]; e < end; ++e) {
+        const Event& ev = w.events[e];
+        if (ev.action == Action::alloc && ev.stack_id < rank.stacks.size() && !rank.stacks[ev.stack_id].empty()) {
+          sid = ev.stack_id;
+          break;
+        }
+      }
+      stack_after.push_back(sid);
+    }
+    for (std::size_t m = 2; m <= 4 && 2 * m <= stack_after.size(); ++m) {
+      bool periodic = true, differ = false;
+      for (std::size_t i = 0; i < stack_after.size() && periodic; ++i) {
+        periodic = stack_after[i] != kNoStack && stack_after[i] == stack_after[i % m];
+        differ |= stack_after[i] != stack_after[0];
+      }
+      if (periodic && differ) return m;
+    }
+    return 1;
+  };
+
   // 2. An annotation that recurs once per batch (torch.optim's Optimizer.step#..., zero_grad).
   {
     std::map<std::pair<std::string, bool>, std::vector<std::int64_t>> groups;
@@ -337,29 +368,49 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
     for (auto& [key, times] : groups) {
       std::sort(times.begin(), times.end());
       if (times.size() < 2) continue;
-      if (expected > 0 && std::llabs(static_cast<long long>(times.size()) - expected) > 1) continue;
       Anchor a;
       for (auto t : times) a.events.push_back(first_event_at(t));
       std::vector<double> pos(times.begin(), times.end());
       a.cv = gap_cv(pos);
-      if (a.cv > 0.5) continue;
       a.occurrences = times.size();
       a.what = key.first + (key.second ? " START" : " END");
-      // The optimizer's step ends a batch; prefer it, then counts nearest the expected one.
+      // torch.optim's step ends a batch, however uneven the batches' lengths (an evaluation
+      // pass between two, a slow spike batch, a recompilation); with several optimizers of one
+      // class (a GAN's two Adams) it comes several times a batch. Preferred to any other.
       a.user = lower(key.first).rfind("optimizer.step", 0) == 0;
+      if (a.user) {
+        a.multiple = expected > 0 ? 0 : optimizers_per_batch(a.events);
+        for (std::size_t m = 1; m <= 4 && expected > 0; ++m) {
+          const long long off = std::llabs(static_cast<long long>(times.size()) - static_cast<long long>(m) * expected);
+          if (off <= (m == 1 ? 1 : 0)) {
+            a.multiple = m;
+            break;
+          }
+        }
+        if (a.multiple == 0) continue;
+      } else {
+        if (expected > 0 && std::llabs(static_cast<long long>(times.size()) - expected) > 1) continue;
+        if (a.cv > 0.5) continue;
+      }
       found.push_back(std::move(a));
     }
     for (const auto& a : found) {
       auto rank_of = [&](const Anchor& x) {
-        const long long off = expected > 0 ? std::llabs(static_cast<long long>(x.occurrences) - expected) : 0;
+        const long long off =
+            expected > 0 ? std::llabs(static_cast<long long>(x.occurrences / x.multiple) - expected) : 0;
         return std::make_tuple(off, !x.user, x.cv);
       };
       if (!best || rank_of(a) < rank_of(*best)) best = &a;
     }
     if (best) {
-      char d[64];
+      char d[96];
       std::snprintf(d, sizeof d, ", %zu times (gap spread %.0f %%)", best->occurrences, best->cv * 100);
-      if (finish(best->events, "recurring_annotation", 1.0 - best->cv, "'" + best->what + "'" + d)) return out;
+      std::string detail = "'" + best->what + "'" + d;
+      if (best->multiple > 1) detail += "; " + std::to_string(best->multiple) + " optimizers step in each batch";
+      // An optimizer's step is a batch end by what it is, not by how evenly it recurs; it is
+      // never a micro-batch's (the optimizer steps once per accumulated batch).
+      const double confidence = best->user ? std::max(0.8, 1.0 - best->cv) : 1.0 - best->cv;
+      if (finish(best->events, "recurring_annotation", confidence, detail, best->multiple, !best->user)) return out;
     }
   }
 
