@@ -201,6 +201,21 @@ std::vector<std::size_t> place_boundaries(const std::vector<std::size_t>& anchor
   return out;
 }
 
+// The lowest level from each anchor to the next (its first event there).
+std::vector<std::size_t> lowest_between(const std::vector<std::size_t>& anchors, const std::vector<std::uint64_t>& level) {
+  const std::size_t n = level.size() - 1;  // events
+  std::vector<std::size_t> out;
+  for (std::size_t k = 0; k < anchors.size(); ++k) {
+    const std::size_t lo = std::min(anchors[k], n), hi = k + 1 < anchors.size() ? std::min(anchors[k + 1], n) : n;
+    std::size_t best = lo;
+    for (std::size_t j = lo; j <= hi; ++j) {
+      if (level[j] < level[best]) best = j;
+    }
+    if (out.empty() || best > out.back()) out.push_back(best);
+  }
+  return out;
+}
+
 // Step-like annotation names ("ProfilerStep#5", "train_batch 3"); the optimizer's own step
 // annotations are recurring ones, not step marks.
 bool step_like(const std::string& name) {
@@ -249,6 +264,14 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
   }
 
   const auto level = levels_before(w);
+  // Anchors that end a batch however their batches' lengths vary (torch.optim's steps), spaced
+  // too unevenly in events for one offset to fit them all (a recompilation's thousands of
+  // allocations inside one batch): each boundary goes to the lowest level from its anchor to
+  // the next.
+  auto uneven = [&](const std::vector<std::size_t>& anchors, bool ends_a_batch) {
+    std::vector<double> pos(anchors.begin(), anchors.end());
+    return ends_a_batch && gap_cv(pos) > 0.5;
+  };
   auto finish = [&](const std::vector<std::size_t>& all_anchors, const std::string& method, double confidence,
                     std::string detail, std::size_t multiple = 1, bool may_be_micro_batches = true) {
     // m anchors a batch: of the m ways to take every m-th, the one whose boundaries sit lowest
@@ -259,7 +282,7 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
       std::vector<std::size_t> every;
       for (std::size_t i = offset; i < all_anchors.size(); i += multiple) every.push_back(all_anchors[i]);
       if (every.size() < 2) continue;
-      auto b = place_boundaries(every, level);
+      auto b = uneven(every, !may_be_micro_batches) ? lowest_between(every, level) : place_boundaries(every, level);
       double cost = 0;
       for (std::size_t j : b) cost += static_cast<double>(level[j]);
       cost /= static_cast<double>(std::max<std::size_t>(1, b.size()));
@@ -271,7 +294,7 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
     }
     if (multiple > 1 && may_be_micro_batches)
       detail += "; every " + std::to_string(multiple) + "th burst (" + std::to_string(multiple) + " micro-batches a batch)";
-    if (multiple == 1) bounds = place_boundaries(anchors, level);
+    if (multiple == 1) bounds = uneven(anchors, !may_be_micro_batches) ? lowest_between(anchors, level) : place_boundaries(anchors, level);
     // Count unknown: micro-batches of gradient accumulation look like batches, but every m-th
     // boundary sits lower than all the others (the accumulated gradients are freed only there).
     if (expected == 0 && multiple == 1 && may_be_micro_batches) {
@@ -300,6 +323,14 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
     std::vector<double> pos(anchors.begin(), anchors.end());
     double period = 0;
     gap_cv(pos, &period);
+    // The typical batch, not the mean: one batch of a recompilation's thousands of allocations
+    // must not make the last batch look empty.
+    if (pos.size() >= 3) {
+      std::vector<double> gaps;
+      for (std::size_t i = 1; i < pos.size(); ++i) gaps.push_back(pos[i] - pos[i - 1]);
+      std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+      period = std::min(period, gaps[gaps.size() / 2]);
+    }
     // The window opened at a batch start when it opened as low as the batches' low points.
     if (!bounds.empty() && bounds.front() > 0 && static_cast<double>(bounds.front()) >= period / 2) {
       std::vector<double> lows;
