@@ -362,13 +362,15 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
   };
 
   // Several optimizers of one class step in every batch (a GAN's generator and discriminator):
-  // the steps' annotations name the class only, but what each step allocates comes from its own
-  // line. m when the stacks of the first allocation after each step repeat with period m
-  // (A B A B ...), else 1.
-  auto optimizers_per_batch = [&](const std::vector<std::size_t>& steps) -> std::size_t {
+  // the steps' annotations name the class only, but what each step allocates inside it comes
+  // from its own line. m when the stacks of the first allocation inside each step (from its
+  // START to its END) repeat with period m (A B A B ...), else 1. Inside, not after: what comes
+  // after a step differs every other batch in a loop that evaluates every other batch.
+  auto optimizers_per_batch = [&](const std::vector<std::size_t>& steps, const std::vector<std::size_t>& ends) -> std::size_t {
     std::vector<std::uint32_t> stack_after;
     for (std::size_t i = 0; i < steps.size(); ++i) {
-      const std::size_t end = i + 1 < steps.size() ? steps[i + 1] : w.events.size();
+      auto next_end = std::lower_bound(ends.begin(), ends.end(), steps[i]);  // this step's END
+      const std::size_t end = next_end == ends.end() ? w.events.size() : std::min(*next_end, w.events.size());
       std::uint32_t sid = kNoStack;
       for (std::size_t e = steps[i]; e < end; ++e) {
         const Event& ev = w.events[e];
@@ -379,11 +381,13 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
       }
       stack_after.push_back(sid);
     }
+    // A step with no allocation after it (the last one, before the dump) matches any.
     for (std::size_t m = 2; m <= 4 && 2 * m <= stack_after.size(); ++m) {
       bool periodic = true, differ = false;
       for (std::size_t i = 0; i < stack_after.size() && periodic; ++i) {
-        periodic = stack_after[i] != kNoStack && stack_after[i] == stack_after[i % m];
-        differ |= stack_after[i] != stack_after[0];
+        if (i < m) periodic = stack_after[i] != kNoStack;
+        else periodic = stack_after[i] == kNoStack || stack_after[i] == stack_after[i % m];
+        differ |= stack_after[i] != kNoStack && stack_after[i] != stack_after[0];
       }
       if (periodic && differ) return m;
     }
@@ -410,7 +414,20 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
       // class (a GAN's two Adams) it comes several times a batch. Preferred to any other.
       a.user = lower(key.first).rfind("optimizer.step", 0) == 0;
       if (a.user) {
-        a.multiple = expected > 0 ? 0 : optimizers_per_batch(a.events);
+        if (expected == 0) {
+          // Both the START and the END group of a step take the steps' own count a batch.
+          std::vector<std::size_t> start_events, end_events;
+          for (bool start : {true, false}) {
+            auto it = groups.find({key.first, start});
+            if (it == groups.end()) continue;
+            for (auto t : it->second) (start ? start_events : end_events).push_back(first_event_at(t));
+          }
+          std::sort(start_events.begin(), start_events.end());
+          std::sort(end_events.begin(), end_events.end());
+          a.multiple = optimizers_per_batch(start_events, end_events);
+        } else {
+          a.multiple = 0;
+        }
         for (std::size_t m = 1; m <= 4 && expected > 0; ++m) {
           const long long off = std::llabs(static_cast<long long>(times.size()) - static_cast<long long>(m) * expected);
           if (off <= (m == 1 ? 1 : 0)) {

@@ -255,7 +255,9 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
       g.monotone &= d->growth_monotone;
       if (!d->growth_site.empty()) g.site = d->growth_site;
       if (d->batch_method != "recorded") g.inferred = d;
-      g.retained += d->retained_per_batch * n;
+      // The window that shows it keeping the most: a window too short to see a code path allocate
+      // twice shows nothing, which is no evidence that it keeps nothing.
+      g.retained = std::max(g.retained, d->retained_per_batch);
       if (d->retained_per_batch > g.retained_top) {
         g.retained_top = d->retained_per_batch;
         g.retained_site = d->retained_site;
@@ -265,7 +267,6 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     }
     if (spans > 0) {
       g.per_batch = sum / spans;
-      g.retained /= spans;
       g.measured = true;
     } else if (v.batches >= 2) {
       g.per_batch = v.growth_per_batch;

@@ -164,6 +164,93 @@ TEST(BatchInference, AppliedBatchesGiveALeakItsGrowthAndSite) {
   EXPECT_NEAR(s.growth_per_batch, 3.0 * MiB, 1.0);
   EXPECT_EQ(s.growth_site, "step (train.py:50)");
   EXPECT_NEAR(s.growth_site_per_batch, 3.0 * MiB, 1.0);
+  // Kept for good: one code path allocated at 5 separate times, all still held.
+  EXPECT_NEAR(s.retained_per_batch, 3.0 * MiB, 1.0);
+  EXPECT_EQ(s.retained_site, "step (train.py:50)");
+  EXPECT_EQ(s.retained_times, 5u);
+
+  Trace clean = make_trace(5, 1, 6, true);
+  apply_inferred_batches(infer_batches(clean.rank, clean.w, {}), clean.w);
+  EXPECT_EQ(analyse_window(clean.rank, clean.w).retained_per_batch, 0.0);
+}
+
+// What the last batch holds from two code paths at two times (two views through one model, a
+// GAN's two backward passes) is the batch's own, not kept: the same site, but two stacks.
+TEST(BatchInference, KeptMemoryIsCountedByCodePathNotBySite) {
+  for (bool one_path : {false, true}) {
+    Trace t = make_trace(4, 1, 4, true);
+    t.rank.frames.push_back({"encode", "train.py", 60});
+    t.rank.frames.push_back({"encode", "train.py", 61});
+    t.rank.stacks.push_back({0, 4});  // forward (model.py:10) called from line 60
+    t.rank.stacks.push_back({0, 5});  // ... from line 61
+    // Both from line 60 (one interned stack), or one from each line.
+    const auto second = static_cast<std::uint32_t>(t.rank.stacks.size() - (one_path ? 2 : 1));
+    std::int64_t now = t.w.events.back().time_ns;
+    const std::int64_t batch_ns = t.w.events[t.batch_first_event[1]].time_ns - t.w.events[0].time_ns;
+    auto alloc = [&](std::uint64_t addr, std::uint32_t stack) {
+      Event e;
+      e.time_ns = now += batch_ns / 2;  // half a batch apart: separate times
+      e.action = Action::alloc;
+      e.addr = addr;
+      e.size = 5 * MiB;
+      e.stack_id = stack;
+      t.w.events.push_back(e);
+    };
+    alloc(0x7000000000, static_cast<std::uint32_t>(t.rank.stacks.size() - 2));
+    alloc(0x7100000000, second);
+    t.w.close_time_ns = now + 1;
+    apply_inferred_batches(infer_batches(t.rank, t.w, {}), t.w);
+    const WindowStats s = analyse_window(t.rank, t.w);
+    if (one_path) {
+      EXPECT_NEAR(s.retained_per_batch, 5.0 * MiB, 1.0);
+    } else {
+      EXPECT_EQ(s.retained_per_batch, 0.0) << s.retained_site;
+    }
+  }
+}
+
+// torch.optim's step ends a batch however unevenly the steps come: a slow batch (a spike, a
+// recompilation) does not make them irregular enough to be dropped, with the count known or not.
+TEST(BatchInference, OptimizerStepsCountHoweverUnevenlyTheyCome) {
+  Trace t = make_trace(4, 1, 6, true);
+  for (std::size_t i = t.batch_first_event[2]; i < t.w.events.size(); ++i) t.w.events[i].time_ns += 50'000'000;
+  t.w.close_time_ns += 50'000'000;
+  std::vector<Annotation> ann;
+  for (std::size_t b = 1; b <= 4; ++b) {
+    const auto t_step = b < 4 ? t.w.events[t.batch_first_event[b] - 1].time_ns : t.w.close_time_ns - 2;
+    ann.push_back({"Optimizer.step#AdamW.step", true, t_step - 500});
+  }
+  BatchInferenceOptions known;
+  known.expected_batches = 4;
+  for (const auto& opt : {known, BatchInferenceOptions{}}) {
+    const auto found = infer_batches(t.rank, t.w, ann, opt);
+    EXPECT_EQ(found.method, "recurring_annotation") << found.detail;
+    ASSERT_EQ(found.starts.size(), 4u) << found.detail;
+    for (std::size_t b = 1; b < 4; ++b) EXPECT_EQ(found.starts[b], t.w.events[t.batch_first_event[b]].time_ns) << b;
+    EXPECT_GE(found.confidence, 0.8);
+  }
+}
+
+// A GAN steps two optimizers of one class each batch; their annotations name the class only.
+// What each step allocates next comes from its own code (A B A B): one batch per two steps.
+TEST(BatchInference, TwoOptimizersOfOneClassCountOnceABatch) {
+  Trace t = make_trace(4, 1, 6, true);
+  std::vector<Annotation> ann;
+  for (std::size_t b = 0; b < 4; ++b) {
+    const std::size_t first = t.batch_first_event[b];
+    // Mid-batch, the discriminator's step: its first allocation is a gradient's (stack 1). At the
+    // batch end, the generator's: the next forward's (stack 0) comes inside it here.
+    const auto mid = t.w.events[first + 5].time_ns + 1;
+    ann.push_back({"Optimizer.step#Adam.step", true, mid});
+    ann.push_back({"Optimizer.step#Adam.step", false, t.w.events[first + 6].time_ns + 1});
+    const auto end = b < 3 ? t.w.events[t.batch_first_event[b + 1] - 1].time_ns : t.w.close_time_ns - 2;
+    ann.push_back({"Optimizer.step#Adam.step", true, end - 1});
+    ann.push_back({"Optimizer.step#Adam.step", false, b < 3 ? t.w.events[t.batch_first_event[b + 1]].time_ns + 1 : t.w.close_time_ns - 1});
+  }
+  const auto found = infer_batches(t.rank, t.w, ann);
+  EXPECT_EQ(found.method, "recurring_annotation") << found.detail;
+  EXPECT_NE(found.detail.find("2 optimizers step in each batch"), std::string::npos) << found.detail;
+  EXPECT_EQ(found.starts.size(), 4u) << found.detail;
 }
 
 }  // namespace

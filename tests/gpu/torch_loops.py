@@ -67,6 +67,11 @@ LOOPS = {
     # schedule; the leak grows one tensor with torch.cat (each batch frees the last one).
     "amp_cat_metrics": (4, {1: "leak", 3: "spike"}, dict(alloc_conf="", stacks="python", context="all", skip=1,
                                                          interval=3, spike_at=2)),
+    # Held out from the second set's rules (written after them, run once): a small diffusion
+    # UNet-like model with an EMA copy of its weights, AdamW, noise-prediction loss; the leak
+    # caches every batch's predicted noise, the spike is one batch at twice the resolution.
+    "diffusion_ema": (5, {3: "leak", 1: "spike"}, dict(alloc_conf="", stacks="python", context="all", skip=2,
+                                                       interval=4)),
 }
 SKIP, INTERVAL = 2, 4
 SPIKE_AT = SKIP + 2  # the spike rank's large batch
@@ -356,7 +361,7 @@ def worker(loop, rank, role, out, ring_entries):
         for batch in range(SKIP + INTERVAL):
             if batch == SKIP:
                 record()
-            bs = 1024 if "spike" in roles and batch == SPIKE_AT else 128
+            bs = 4096 if "spike" in roles and batch == SPIKE_AT else 128
             real = torch.randn(bs, 3 * 32 * 32, device=dev)
             ones, zeros = torch.ones(bs, 1, device=dev), torch.zeros(bs, 1, device=dev)
             fake = G(torch.randn(bs, z_dim, device=dev))
@@ -456,6 +461,46 @@ def worker(loop, rank, role, out, ring_entries):
                 torch.cuda.memory._record_memory_history(enabled=None)
         if all_probs is not None:
             kept.append(all_probs)
+    elif loop == "diffusion_ema":
+        import copy
+
+        class Denoiser(nn.Module):
+            def __init__(self, c=64):
+                super().__init__()
+                self.down = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.SiLU(), nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.SiLU())
+                self.mid = nn.Sequential(nn.Conv2d(2 * c, 2 * c, 3, padding=1), nn.GroupNorm(8, 2 * c), nn.SiLU())
+                self.up = nn.Sequential(nn.ConvTranspose2d(2 * c, c, 4, stride=2, padding=1), nn.SiLU(), nn.Conv2d(c, 3, 3, padding=1))
+                self.t_embed = nn.Linear(1, 2 * c)
+
+            def forward(self, x, t):
+                h = self.down(x)
+                h = self.mid(h + self.t_embed(t[:, None])[:, :, None, None])
+                return self.up(h)
+
+        model = Denoiser().to(dev)
+        ema = copy.deepcopy(model).requires_grad_(False)
+        opt = torch.optim.AdamW(model.parameters(), lr=2e-4)
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            res = 128 if "spike" in roles and batch == SPIKE_AT else 64
+            x0 = torch.randn(48, 3, res, res, device=dev)
+            t = torch.rand(48, device=dev)
+            noise = torch.randn_like(x0)
+            xt = (1 - t)[:, None, None, None] * x0 + t[:, None, None, None] * noise
+            pred = model(xt, t)
+            loss = F.mse_loss(pred, noise)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                for pe, pm in zip(ema.parameters(), model.parameters()):
+                    pe.lerp_(pm, 0.001)
+            if "leak" in roles:  # predictions cached to plot later
+                kept.append(pred.detach())
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
     if kept and "leak" in roles:
         truth["kept_bytes"] = sum(t.numel() * t.element_size() for t in kept if torch.is_tensor(t))
     with open(os.path.join(out, f"truth.rank{rank}.json"), "w") as f:

@@ -98,6 +98,35 @@ TEST(CrossRank, EachRuleNamesItsRank) {
   }
 }
 
+// A leak in the code every rank runs: every rank keeps memory for good, the median rank too.
+// Each rank gets its finding, with what one batch keeps and the code path that keeps it, and the
+// finding says the leak is shared. Rising low points alone would find none of them.
+TEST(CrossRank, MemoryEveryRankKeepsIsALeakOnEveryRank) {
+  FakeRun run(4);
+  for (int r = 0; r < 4; ++r) {
+    run.window(r, 100 * MiB, 148 * MiB, 500 * MiB);
+    run.digests[r].retained_per_batch = 24.0 * MiB;
+    run.digests[r].retained_site = "train (train.py:88)";
+    run.digests[r].retained_times = 3;
+  }
+  const auto f = run.findings();
+  const std::vector<std::pair<std::string, int>> expected = {{"leak", 0}, {"leak", 1}, {"leak", 2}, {"leak", 3}};
+  EXPECT_EQ(kinds(f), expected) << f.dump(2);
+  for (const auto& x : f) {
+    EXPECT_EQ(x["bytes"], 24 * MiB);
+    EXPECT_EQ(x["site"], "train (train.py:88)");
+    EXPECT_NE(x["detail"].get<std::string>().find("3 other ranks do the same"), std::string::npos) << x.dump();
+  }
+  // One rank alone keeping memory is a leak on that rank only, not said to be shared.
+  for (int r = 1; r < 4; ++r) run.digests[r].retained_per_batch = 0;
+  const auto one = run.findings();
+  ASSERT_EQ(kinds(one), (std::vector<std::pair<std::string, int>>{{"leak", 0}})) << one.dump(2);
+  EXPECT_EQ(one[0]["detail"].get<std::string>().find("other ranks do the same"), std::string::npos);
+  // Below max(1 MiB, 0.02 % of the median peak) a batch: not a finding.
+  run.digests[0].retained_per_batch = 0.5 * MiB;
+  EXPECT_TRUE(run.findings().empty()) << run.findings().dump(2);
+}
+
 TEST(CrossRank, AWindowCutShortByOomIsNotALeak) {
   FakeRun run(4);
   for (int r = 0; r < 4; ++r) run.window(r, 100 * MiB, 100 * MiB, 500 * MiB);
