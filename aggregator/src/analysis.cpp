@@ -259,7 +259,8 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     // so they need three times. What all times but the last made, per time: independent of the
     // batches' low points (which vary with the batches' sizes), and the same on every rank that
     // runs the same leaking code.
-    const double period = static_cast<double>(starts.back() - starts.front()) / spans;
+    // In double: a hostile record's times may be anywhere in int64 (their difference overflows).
+    const double period = (static_cast<double>(starts.back()) - static_cast<double>(starts.front())) / spans;
     std::unordered_map<std::uint32_t, std::vector<std::pair<std::int64_t, std::uint64_t>>> kept_by_stack;
     for (const auto& e : made) kept_by_stack[e.stack].emplace_back(e.time_ns, e.size);
     double total = 0, top = 0;
@@ -269,7 +270,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
       std::int64_t last_time_start = list.front().first;
       std::uint32_t times = 1;
       for (std::size_t i = 0; i < list.size(); ++i) {
-        if (i > 0 && static_cast<double>(list[i].first - list[i - 1].first) > period / 4) {
+        if (i > 0 && static_cast<double>(list[i].first) - static_cast<double>(list[i - 1].first) > period / 4) {
           ++times;
           kept_bytes += last_time_bytes;
           last_time_bytes = 0;

@@ -294,7 +294,8 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
     }
     if (multiple > 1 && may_be_micro_batches)
       detail += "; every " + std::to_string(multiple) + "th burst (" + std::to_string(multiple) + " micro-batches a batch)";
-    if (multiple == 1) bounds = uneven(anchors, !may_be_micro_batches) ? lowest_between(anchors, level) : place_boundaries(anchors, level);
+    const bool between = uneven(anchors, !may_be_micro_batches);
+    if (multiple == 1) bounds = between ? lowest_between(anchors, level) : place_boundaries(anchors, level);
     // Count unknown: micro-batches of gradient accumulation look like batches, but every m-th
     // boundary sits lower than all the others (the accumulated gradients are freed only there).
     if (expected == 0 && multiple == 1 && may_be_micro_batches) {
@@ -341,8 +342,11 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
       const double low = lows[lows.size() / 2];
       if (static_cast<double>(level[0]) <= low + 0.1 * std::max(0.0, static_cast<double>(peak) - low)) bounds.insert(bounds.begin(), 0);
     }
-    // A boundary with (almost) nothing after it starts no batch of this window.
-    while (!bounds.empty() && static_cast<double>(n - bounds.back()) < std::max(1.0, period / 4)) bounds.pop_back();
+    // A boundary with (almost) nothing after it starts no batch of this window; but one placed
+    // between two steps has the later step's batch after it, however low it lies before it.
+    while (!bounds.empty() && static_cast<double>(n - bounds.back()) < std::max(1.0, period / 4) &&
+           !(between && !anchors.empty() && bounds.back() <= anchors.back()))
+      bounds.pop_back();
     if (bounds.size() < 2) return false;
     out.method = method;
     out.confidence = std::clamp(confidence, 0.0, 1.0);
