@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <map>
 #include <string_view>
 #include <unordered_map>
 
@@ -255,44 +257,83 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     // more separate times, more than a quarter of a batch apart, keeps memory batch after batch,
     // wherever the batch boundaries fell. Grouped by stack, not by site: two views through one
     // model, or a GAN's two backward passes, allocate what the last batch holds at two times
-    // but from two stacks. Allocations without a stack (autograd's backward thread) share one,
-    // so they need three times. What all times but the last made, per time: independent of the
-    // batches' low points (which vary with the batches' sizes), and the same on every rank that
-    // runs the same leaking code.
+    // but from two stacks. Allocations without a stack (autograd's backward thread, or every
+    // allocation of a source recorded without stacks) are grouped by size instead and need
+    // three times: the last batch's own tensors come at several times but rarely in one size.
+    // What all times but the last made, per time: independent of the batches' low points (which
+    // vary with the batches' sizes), and the same on every rank that runs the same leaking code.
     // In double: a hostile record's times may be anywhere in int64 (their difference overflows).
     const double period = (static_cast<double>(starts.back()) - static_cast<double>(starts.front())) / spans;
-    std::unordered_map<std::uint32_t, std::vector<std::pair<std::int64_t, std::uint64_t>>> kept_by_stack;
-    for (const auto& e : made) kept_by_stack[e.stack].emplace_back(e.time_ns, e.size);
-    double total = 0, top = 0;
-    for (auto& [stack, list] : kept_by_stack) {
+    auto framed = [&](std::uint32_t stack) { return stack < rank.stacks.size() && !rank.stacks[stack].empty(); };
+    using Times = std::vector<std::pair<std::int64_t, std::uint64_t>>;  // (time, size), by time
+    std::map<std::pair<std::uint32_t, std::uint64_t>, Times> kept_by_path;
+    for (const auto& e : made) kept_by_path[{e.stack, framed(e.stack) ? 0 : e.size}].emplace_back(e.time_ns, e.size);
+    // Consecutive allocations more than a quarter of a batch apart start a new time: each
+    // time's first allocation and its bytes.
+    auto times_of = [&](Times& list) {
       std::sort(list.begin(), list.end());
-      double kept_bytes = 0, last_time_bytes = 0;
-      std::int64_t last_time_start = list.front().first;
-      std::uint32_t times = 1;
+      Times out;
       for (std::size_t i = 0; i < list.size(); ++i) {
-        if (i > 0 && static_cast<double>(list[i].first) - static_cast<double>(list[i - 1].first) > period / 4) {
-          ++times;
-          kept_bytes += last_time_bytes;
-          last_time_bytes = 0;
-          last_time_start = list[i].first;
+        if (i == 0 || static_cast<double>(list[i].first) - static_cast<double>(list[i - 1].first) > period / 4) {
+          out.emplace_back(list[i].first, 0);
         }
-        last_time_bytes += static_cast<double>(list[i].second);
+        out.back().second += list[i].second;
       }
-      const bool framed = stack < rank.stacks.size() && !rank.stacks[stack].empty();
-      if (times < (framed ? 2u : 3u)) continue;
-      // Per time, or per batch where it kept less often than every batch (a sample grid every
-      // other batch); batch durations vary too much (a spike batch is slow) to count by time.
+      return out;
+    };
+    // Per time, or per batch where it kept less often than every batch (a sample grid every
+    // other batch); batch durations vary too much (a spike batch is slow) to count by time.
+    auto per_batch_of = [&](double bytes, const Times& times) {
       const auto crossed = std::count_if(starts.begin(), starts.end(), [&](std::int64_t t) {
-        return t > list.front().first && t <= last_time_start;
+        return t > times.front().first && t <= times.back().first;
       });
-      const double per_batch = kept_bytes / static_cast<double>(std::max<std::int64_t>(times - 1, crossed));
+      return bytes / static_cast<double>(std::max<std::int64_t>(static_cast<std::int64_t>(times.size()) - 1, crossed));
+    };
+    double total = 0, top = 0;
+    auto count = [&](double per_batch, std::uint32_t stack, std::size_t times) {
       total += per_batch;
       const std::string& name = site_of(stack).first;
       if (per_batch > top || (per_batch == top && name < s.retained_site)) {
         top = per_batch;
         s.retained_site = name;
-        s.retained_times = times;
+        s.retained_times = static_cast<std::uint32_t>(times);
       }
+    };
+    for (auto& [path, list] : kept_by_path) {
+      const Times times = times_of(list);
+      if (times.size() < (framed(path.first) ? 2u : 3u)) continue;
+      double kept_bytes = 0;
+      for (std::size_t t = 0; t + 1 < times.size(); ++t) kept_bytes += static_cast<double>(times[t].second);
+      count(per_batch_of(kept_bytes, times), path.first, times.size());
+    }
+    // Kept by regrowing one tensor: `all = torch.cat([all, new])` frees the last result each
+    // time, so nothing from earlier times is still held, but the code path's allocations grow
+    // by the same amount every time (within 10 %), at three times or more, and the last is
+    // held at the window's end. Inputs whose sizes vary (a run of longer batches) do not grow
+    // by equal steps.
+    std::unordered_map<std::uint32_t, Times> allocs_of;
+    for (const auto& e : made) {
+      if (framed(e.stack)) allocs_of.try_emplace(e.stack);
+    }
+    if (!allocs_of.empty()) {
+      for (const Event& e : w.events) {
+        if (e.action != Action::alloc) continue;
+        if (auto it = allocs_of.find(e.stack_id); it != allocs_of.end()) it->second.emplace_back(e.time_ns, e.size);
+      }
+    }
+    for (auto& [stack, list] : allocs_of) {
+      if (kept_by_path.at({stack, 0}).size() != 1) continue;  // only the last result is held
+      Times times = times_of(list);
+      if (times.size() < 3) continue;
+      std::vector<double> steps;
+      for (std::size_t t = 1; t < times.size(); ++t) {
+        steps.push_back(static_cast<double>(times[t].second) - static_cast<double>(times[t - 1].second));
+      }
+      const double step = median(steps);
+      if (step <= 0) continue;
+      const bool even = std::all_of(steps.begin(), steps.end(), [&](double d) { return std::fabs(d - step) <= 0.1 * step; });
+      if (!even) continue;
+      count(per_batch_of(step * static_cast<double>(times.size() - 1), times), stack, times.size());
     }
     s.retained_per_batch = total;
   }

@@ -209,6 +209,78 @@ TEST(BatchInference, KeptMemoryIsCountedByCodePathNotBySite) {
   }
 }
 
+// Appended to each batch of a trace: at its end, one allocation of `sizes[b]` from `stack`,
+// freeing the one before (a tensor regrown each batch, or an input rebound); the last is held.
+void regrow(Trace& t, const std::vector<std::uint64_t>& sizes, std::uint32_t stack) {
+  std::vector<Event> out;
+  std::uint64_t last = 0;
+  std::size_t b = 0;
+  for (std::size_t i = 0; i < t.w.events.size(); ++i) {
+    out.push_back(t.w.events[i]);
+    const bool batch_ends = b + 1 < t.batch_first_event.size() ? i + 1 == t.batch_first_event[b + 1] : i + 1 == t.w.events.size();
+    if (!batch_ends) continue;
+    Event e = t.w.events[i];
+    e.time_ns += 1;
+    e.action = Action::alloc;
+    e.addr = 0x9000000000 + b * 0x10000000;
+    e.size = sizes[b];
+    e.stack_id = stack;
+    out.push_back(e);
+    if (last) {
+      e.action = Action::free_completed;
+      e.addr = last;
+      e.time_ns += 1;
+      out.push_back(e);
+    }
+    last = 0x9000000000 + b * 0x10000000;
+    ++b;
+  }
+  t.w.events = std::move(out);
+}
+
+// `all = torch.cat([all, new])` keeps every batch's results in one tensor and frees the last
+// one each time: nothing from earlier times is held, but the code path grows by the same amount
+// every batch. Inputs whose sizes happen to rise (160, 192, 256, 320 rows) are not that.
+TEST(BatchInference, ATensorRegrownByEqualStepsIsKept) {
+  for (bool equal_steps : {true, false}) {
+    Trace t = make_trace(4, 1, 4, true);
+    const std::vector<std::uint64_t> sizes =
+        equal_steps ? std::vector<std::uint64_t>{8 * MiB, 12 * MiB, 16 * MiB, 20 * MiB}
+                    : std::vector<std::uint64_t>{160 * MiB / 32, 192 * MiB / 32, 256 * MiB / 32, 320 * MiB / 32};
+    regrow(t, sizes, 2);
+    apply_inferred_batches(infer_batches(t.rank, t.w, {}), t.w);
+    const WindowStats s = analyse_window(t.rank, t.w);
+    if (equal_steps) {
+      EXPECT_NEAR(s.retained_per_batch, 4.0 * MiB, 1.0);
+      EXPECT_EQ(s.retained_site, "step (train.py:50)");
+    } else {
+      EXPECT_EQ(s.retained_per_batch, 0.0);
+    }
+  }
+}
+
+// Recorded without stacks (the C API, CUPTI, the PyTorch attachment's default): what the last
+// batch holds comes at several times but in several sizes; what a leak keeps comes in one.
+TEST(BatchInference, WithoutStacksKeptMemoryIsGroupedBySize) {
+  Trace t = make_trace(5, 1, 6, false, 3 * MiB);
+  apply_inferred_batches(infer_batches(t.rank, t.w, {}), t.w);
+  EXPECT_NEAR(analyse_window(t.rank, t.w).retained_per_batch, 3.0 * MiB, 1.0);
+  Trace clean = make_trace(5, 1, 6, false);
+  regrow(clean, {1 * MiB, 3 * MiB, 2 * MiB, 5 * MiB, 4 * MiB}, kNoStack);  // the last batch's input
+  // ... and outputs of other sizes held from other times of the last batch.
+  for (std::uint64_t k = 0; k < 3; ++k) {
+    Event e = clean.w.events.back();
+    e.time_ns += 1'000'000 * (k + 1);
+    e.action = Action::alloc;
+    e.addr = 0xA000000000 + k * 0x1000000;
+    e.size = (7 + k) * MiB;
+    clean.w.events.push_back(e);
+  }
+  clean.w.close_time_ns = clean.w.events.back().time_ns + 1;
+  apply_inferred_batches(infer_batches(clean.rank, clean.w, {}), clean.w);
+  EXPECT_EQ(analyse_window(clean.rank, clean.w).retained_per_batch, 0.0);
+}
+
 // torch.optim's step ends a batch however unevenly the steps come: a slow batch (a spike, a
 // recompilation) does not make them irregular enough to be dropped, with the count known or not.
 TEST(BatchInference, OptimizerStepsCountHoweverUnevenlyTheyCome) {
