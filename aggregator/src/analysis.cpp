@@ -238,10 +238,18 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     std::vector<std::int64_t> starts;
     for (const auto& m : w.batches) starts.push_back(m.time_ns);
     std::sort(starts.begin(), starts.end());
+    // Optimizer state created in these batches (a parameter's first gradient: mixture of
+    // experts, sparse embeddings) raises the low points too, but stops once every parameter has
+    // its state: growth, but no leak. Taken out of the growth and never its site.
     Tally kept;
+    double state_made = 0;
     for (const auto& e : made) {
-      if (e.time_ns >= starts.front() && e.time_ns < starts.back()) kept[site_of(e.stack).first] += static_cast<double>(e.size);
+      if (e.time_ns < starts.front() || e.time_ns >= starts.back()) continue;
+      const auto& [name, category] = site_of(e.stack);
+      if (category == Category::optimizer_state) state_made += static_cast<double>(e.size);
+      else kept[name] += static_cast<double>(e.size);
     }
+    s.growth_per_batch -= state_made / spans;
     double best = 0;
     for (const auto& [name, bytes] : kept) {
       if (bytes / spans > best || (bytes > 0 && bytes / spans == best && name < s.growth_site)) {
@@ -299,7 +307,12 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
         s.retained_times = static_cast<std::uint32_t>(times);
       }
     };
+    // Optimizer state is created when a parameter first gets a gradient: in a mixture of
+    // experts, or with sparse embeddings, that is at any step, for a few parameters at a time,
+    // and it stops when every parameter has its state. Not what a batch keeps.
+    auto optimizer_state = [&](std::uint32_t stack) { return site_of(stack).second == Category::optimizer_state; };
     for (auto& [path, list] : kept_by_path) {
+      if (optimizer_state(path.first)) continue;
       const Times times = times_of(list);
       if (times.size() < (framed(path.first) ? 2u : 3u)) continue;
       double kept_bytes = 0;
@@ -313,7 +326,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     // by equal steps.
     std::unordered_map<std::uint32_t, Times> allocs_of;
     for (const auto& e : made) {
-      if (framed(e.stack)) allocs_of.try_emplace(e.stack);
+      if (framed(e.stack) && !optimizer_state(e.stack)) allocs_of.try_emplace(e.stack);
     }
     if (!allocs_of.empty()) {
       for (const Event& e : w.events) {
@@ -331,11 +344,15 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
       }
       const double step = median(steps);
       if (step <= 0) continue;
+      const bool larger = std::all_of(steps.begin(), steps.end(), [](double d) { return d > 0; });
+      s.growth_regrown |= larger;
       const bool even = std::all_of(steps.begin(), steps.end(), [&](double d) { return std::fabs(d - step) <= 0.1 * step; });
       if (!even) continue;
       count(per_batch_of(step * static_cast<double>(times.size() - 1), times), stack, times.size());
     }
     s.retained_per_batch = total;
+    // Without a stack anywhere there is no code path to tell a regrown tensor by.
+    s.growth_regrown |= std::none_of(made.begin(), made.end(), [&](const auto& e) { return framed(e.stack); });
   }
 }
 

@@ -242,6 +242,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     double retained_top = 0;
     std::string retained_site;
     std::uint32_t retained_times = 0;
+    bool regrown = false;                    // some window's rise is held by a regrown tensor
   };
   std::map<int, Growth> growth_of;
   for (auto& [r, v] : ranks) {
@@ -258,6 +259,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
       // The window that shows it keeping the most: a window too short to see a code path allocate
       // twice shows nothing, which is no evidence that it keeps nothing.
       g.retained = std::max(g.retained, d->retained_per_batch);
+      g.regrown |= d->growth_regrown;
       if (d->retained_per_batch > g.retained_top) {
         g.retained_top = d->retained_per_batch;
         g.retained_site = d->retained_site;
@@ -302,7 +304,9 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     const Growth& g = growth_of[r];
     if (!v.has_data() || !g.measured) continue;
     const double excess = g.per_batch - growth_norm;
-    const bool rising = g.monotone && excess > threshold(peak_median, 0.002);
+    // Rising low points alone are a leak where a code path regrows a tensor: they also rise
+    // with the batches' own inputs (a run of longer batches, a mixture of experts' routing).
+    const bool rising = g.monotone && excess > threshold(peak_median, 0.002) && g.regrown;
     const bool keeping = g.retained > keep_floor;
     if (!rising && !keeping) continue;
     leaking.insert(r);

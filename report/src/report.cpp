@@ -28,7 +28,7 @@ json digest_to_json(const WindowDigest& d) {
           {"spark", {d.spark, d.spark_max}}, {"stacks", d.site_stacks},
           {"method", {d.batch_method, d.batch_confidence, d.batch_detail}},
           {"growth", {d.growth_per_batch, d.growth_monotone, d.growth_site, d.growth_site_per_batch}},
-          {"retained", {d.retained_per_batch, d.retained_site, d.retained_times}},
+          {"retained", {d.retained_per_batch, d.retained_site, d.retained_times, d.growth_regrown}},
           {"cut_short", d.cut_short}};
 }
 
@@ -51,6 +51,7 @@ WindowDigest digest_from_json(const json& j) {
   d.retained_per_batch = k[0];
   d.retained_site = k[1];
   d.retained_times = k[2];
+  d.growth_regrown = k[3];
   d.cut_short = j.at("cut_short");
   d.spark = j.at("spark")[0];
   d.spark_max = j.at("spark")[1];

@@ -72,6 +72,16 @@ LOOPS = {
     # caches every batch's predicted noise, the spike is one batch at twice the resolution.
     "diffusion_ema": (5, {3: "leak", 1: "spike"}, dict(alloc_conf="", stacks="python", context="all", skip=2,
                                                        interval=4)),
+    # Third set, held out: written after every rule of stop 22 and run once. A GRU encoder-
+    # decoder with RMSprop and teacher forcing; a top-1 mixture of experts whose experts get a
+    # different share of tokens every batch (Composer's default window); every rank regrowing
+    # its predictions with torch.cat; an MLP recorded without any frames (context=None).
+    "gru_seq2seq": (4, {1: "leak", 3: "spike"}, dict(alloc_conf="", stacks="python", context="all", skip=2, interval=4)),
+    "moe_routing": (4, {2: "leak", 0: "spike"}, dict(alloc_conf="", stacks="python", context="all", skip=1, interval=3,
+                                                     spike_at=2)),
+    "everyrank_cat": (4, {0: "leak", 1: "leak", 2: "leak+spike", 3: "leak"},
+                      dict(alloc_conf="", stacks="python", context="all", skip=2, interval=4)),
+    "stackless_mlp": (4, {0: "leak", 2: "spike"}, dict(alloc_conf="", stacks="python", context=None, skip=2, interval=4)),
 }
 SKIP, INTERVAL = 2, 4
 SPIKE_AT = SKIP + 2  # the spike rank's large batch
@@ -498,6 +508,104 @@ def worker(loop, rank, role, out, ring_entries):
                     pe.lerp_(pm, 0.001)
             if "leak" in roles:  # predictions cached to plot later
                 kept.append(pred.detach())
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "gru_seq2seq":
+        vocab, d = 2048, 512
+        emb = nn.Embedding(vocab, d).to(dev)
+        enc = nn.GRU(d, d, batch_first=True).to(dev)
+        dec = nn.GRU(d, d, batch_first=True).to(dev)
+        out_proj = nn.Linear(d, vocab).to(dev)
+        params = [*emb.parameters(), *enc.parameters(), *dec.parameters(), *out_proj.parameters()]
+        opt = torch.optim.RMSprop(params, lr=1e-4)
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            tgt_len = 256 if "spike" in roles and batch == SPIKE_AT else 64
+            src = torch.randint(0, vocab, (32, 64), device=dev)
+            tgt = torch.randint(0, vocab, (32, tgt_len), device=dev)
+            _, h = enc(emb(src))
+            dec_out, _ = dec(emb(tgt[:, :-1]), h)  # teacher forcing
+            logits = out_proj(dec_out)
+            loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if "leak" in roles:  # decoder states kept for an attention plot
+                kept.append(dec_out.detach())
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "moe_routing":
+        d, n_exp = 512, 4
+        router = nn.Linear(d, n_exp).to(dev)
+        experts = nn.ModuleList([nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)) for _ in range(n_exp)]).to(dev)
+        head = nn.Linear(d, d).to(dev)
+        opt = torch.optim.Adam([*router.parameters(), *experts.parameters(), *head.parameters()], lr=1e-4)
+        gen = torch.Generator(device="cpu").manual_seed(rank)
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            tokens = 8192 if "spike" in roles and batch == SPIKE_AT else 2048
+            x = torch.randn(tokens, d, device=dev)
+            # Each batch favours other experts: the tokens an expert gets vary batch to batch.
+            bias = torch.randn(n_exp, generator=gen).to(dev) * 2
+            probs = (router(x) + bias).softmax(-1)
+            choice = probs.argmax(-1)
+            y = torch.zeros_like(x)
+            for e in range(n_exp):
+                idx = (choice == e).nonzero(as_tuple=True)[0]
+                if idx.numel():
+                    y = y.index_add(0, idx, experts[e](x[idx]) * probs[idx, e:e + 1])
+            loss = head(y).pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if "leak" in roles:  # routing decisions and hidden states kept for a load report
+                kept.append(y.detach())
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "everyrank_cat":
+        model = nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 1000)).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        preds = None
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            bs = 4096 if "spike" in roles and batch == SPIKE_AT else 512
+            x = torch.randn(bs, 1024, device=dev)
+            y = torch.randint(0, 1000, (bs,), device=dev)
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            # every rank: the epoch's scores so far, for a metric at the epoch's end
+            scores = logits[:512].detach().softmax(-1)
+            preds = scores if preds is None else torch.cat([preds, scores])
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+        kept.append(preds)
+    elif loop == "stackless_mlp":
+        model = nn.Sequential(nn.Linear(2048, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 2048)).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            # The spike: 8x the batch, which adds only 6 % to a peak that Adam's step makes (the
+            # spike rule's floor is 25 %): not a spike by memsnap's rule, and not expected.
+            bs = 2048 if "spike" in roles and batch == SPIKE_AT else 256
+            x = torch.randn(bs, 2048, device=dev)
+            recon = model(x)
+            loss = F.mse_loss(recon, x)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if "leak" in roles:  # reconstructions kept
+                kept.append(recon.detach())
             if batch == SKIP + INTERVAL - 1:
                 torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
                 torch.cuda.memory._record_memory_history(enabled=None)

@@ -71,8 +71,9 @@ struct WindowStats {
   std::uint64_t category_bytes_at_peak[kCategoryCount] = {};
   std::vector<BatchStat> batches;
   // Growth of the batches' low points (min_allocated) from one batch to the next (the mean over
-  // the window; 0 with fewer than two batches), and the site whose bytes at those low points grew
-  // the most.
+  // the window; 0 with fewer than two batches) less the optimizer state created in its batches
+  // (a parameter's first gradient; it stops once every parameter has its state), and the site
+  // whose bytes at those low points grew the most.
   double growth_per_batch = 0;
   bool growth_monotone = false;      // every batch's low point is at least the one before's
   std::string growth_site;
@@ -85,6 +86,10 @@ struct WindowStats {
   double retained_per_batch = 0;
   std::string retained_site;
   std::uint32_t retained_times = 0;
+  // A code path regrows one tensor: its allocations are larger at each of three or more times,
+  // the last held at the window's end (or the window has no stacks to tell). What makes rising
+  // low points a leak: they also rise with a run of ever larger inputs.
+  bool growth_regrown = false;
 };
 
 struct AnalysisOptions {

@@ -51,6 +51,7 @@ struct WindowDigest {
   double retained_per_batch = 0;              // WindowStats::retained_per_batch ...
   std::string retained_site;
   std::uint32_t retained_times = 0;
+  bool growth_regrown = false;                // WindowStats::growth_regrown
   bool cut_short = false;                     // closed by an OOM or a kill, mid-batch
 };
 
