@@ -276,13 +276,21 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     using Times = std::vector<std::pair<std::int64_t, std::uint64_t>>;  // (time, size), by time
     std::map<std::pair<std::uint32_t, std::uint64_t>, Times> kept_by_path;
     for (const auto& e : made) kept_by_path[{e.stack, framed(e.stack) ? 0 : e.size}].emplace_back(e.time_ns, e.size);
-    // Consecutive allocations more than a quarter of a batch apart start a new time: each
-    // time's first allocation and its bytes.
+    // Consecutive allocations more than a quarter of a batch apart start a new time, and so do
+    // two with a recorded batch mark between them (marks from the job itself are exact; a batch
+    // can be far shorter than the window's mean, the first one holding the window's opening):
+    // each time's first allocation and its bytes.
+    const bool recorded = w.batch_method == "recorded";
+    auto mark_between = [&](std::int64_t a, std::int64_t b) {
+      auto it = std::upper_bound(starts.begin(), starts.end(), a);
+      return it != starts.end() && *it <= b;
+    };
     auto times_of = [&](Times& list) {
       std::sort(list.begin(), list.end());
       Times out;
       for (std::size_t i = 0; i < list.size(); ++i) {
-        if (i == 0 || static_cast<double>(list[i].first) - static_cast<double>(list[i - 1].first) > period / 4) {
+        if (i == 0 || static_cast<double>(list[i].first) - static_cast<double>(list[i - 1].first) > period / 4 ||
+            (recorded && mark_between(list[i - 1].first, list[i].first))) {
           out.emplace_back(list[i].first, 0);
         }
         out.back().second += list[i].second;
