@@ -107,6 +107,7 @@ struct Anchor {
   std::string what;
   bool user = false;  // a frame of the user's code, not of the framework
   std::size_t multiple = 1;  // occurrences a batch (torch.optim steps of several optimizers)
+  bool start = true;         // a range's start (else its end)
 };
 
 // Burst-start positions that recur once per period over the whole sequence: evenly spaced and
@@ -160,7 +161,10 @@ std::optional<Count> choose_count(const std::map<std::size_t, std::vector<Anchor
 // Boundaries from anchors: the offset from the anchors at which allocated memory is lowest on
 // average, then each batch's own low point near it: the first event at the lowest level, so
 // that the frees ending a batch stay in it and the batch starts with the next allocation.
-std::vector<std::size_t> place_boundaries(const std::vector<std::size_t>& anchors, const std::vector<std::uint64_t>& level) {
+// `after`: the anchors end their batches (torch.optim's steps), so each boundary comes at or after
+// its anchor, never before it (where memory may be as low, with the step still to come).
+std::vector<std::size_t> place_boundaries(const std::vector<std::size_t>& anchors, const std::vector<std::uint64_t>& level,
+                                          bool after = false) {
   const std::size_t n = level.size() - 1;  // events
   std::vector<double> pos(anchors.begin(), anchors.end());
   double period = 0;
@@ -169,7 +173,7 @@ std::vector<std::size_t> place_boundaries(const std::vector<std::size_t>& anchor
   const std::int64_t step = std::max<std::int64_t>(1, half / 2048);
   std::int64_t best_phase = 0;
   double best_cost = -1;
-  for (std::int64_t phase = -half; phase < half; phase += step) {
+  for (std::int64_t phase = after ? 0 : -half; phase < (after ? 2 * half : half); phase += step) {
     double cost = 0;
     std::size_t used = 0;
     for (std::size_t a : anchors) {
@@ -189,7 +193,7 @@ std::vector<std::size_t> place_boundaries(const std::vector<std::size_t>& anchor
   std::vector<std::size_t> out;
   for (std::size_t a : anchors) {
     const std::int64_t centre = static_cast<std::int64_t>(a) + best_phase;
-    const std::int64_t lo = std::max<std::int64_t>(0, centre - reach);
+    const std::int64_t lo = std::max<std::int64_t>(after ? static_cast<std::int64_t>(a) : 0, centre - reach);
     const std::int64_t hi = std::min<std::int64_t>(static_cast<std::int64_t>(n), centre + reach);
     if (lo > hi) continue;
     std::size_t best = static_cast<std::size_t>(lo);
@@ -282,7 +286,8 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
       std::vector<std::size_t> every;
       for (std::size_t i = offset; i < all_anchors.size(); i += multiple) every.push_back(all_anchors[i]);
       if (every.size() < 2) continue;
-      auto b = uneven(every, !may_be_micro_batches) ? lowest_between(every, level) : place_boundaries(every, level);
+      auto b = uneven(every, !may_be_micro_batches) ? lowest_between(every, level)
+                                                    : place_boundaries(every, level, !may_be_micro_batches);
       double cost = 0;
       for (std::size_t j : b) cost += static_cast<double>(level[j]);
       cost /= static_cast<double>(std::max<std::size_t>(1, b.size()));
@@ -295,7 +300,7 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
     if (multiple > 1 && may_be_micro_batches)
       detail += "; every " + std::to_string(multiple) + "th burst (" + std::to_string(multiple) + " micro-batches a batch)";
     const bool between = uneven(anchors, !may_be_micro_batches);
-    if (multiple == 1) bounds = between ? lowest_between(anchors, level) : place_boundaries(anchors, level);
+    if (multiple == 1) bounds = between ? lowest_between(anchors, level) : place_boundaries(anchors, level, !may_be_micro_batches);
     // Count unknown: micro-batches of gradient accumulation look like batches, but every m-th
     // boundary sits lower than all the others (the accumulated gradients are freed only there).
     if (expected == 0 && multiple == 1 && may_be_micro_batches) {
@@ -413,6 +418,7 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
       a.cv = gap_cv(pos);
       a.occurrences = times.size();
       a.what = key.first + (key.second ? " START" : " END");
+      a.start = key.second;
       // torch.optim's step ends a batch, however uneven the batches' lengths (an evaluation
       // pass between two, a slow spike batch, a recompilation); with several optimizers of one
       // class (a GAN's two Adams) it comes several times a batch. Preferred to any other.
@@ -450,7 +456,9 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
       auto rank_of = [&](const Anchor& x) {
         const long long off =
             expected > 0 ? std::llabs(static_cast<long long>(x.occurrences / x.multiple) - expected) : 0;
-        return std::make_tuple(off, !x.user, x.cv);
+        // A step's end, not its start: the step's own allocations (foreach temporaries) belong
+        // to the batch it ends, and after the last step's end only the dump's tail remains.
+        return std::make_tuple(off, !x.user, x.user && x.start, x.cv);
       };
       if (!best || rank_of(a) < rank_of(*best)) best = &a;
     }
