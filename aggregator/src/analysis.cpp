@@ -79,7 +79,7 @@ const char* category_name(Category c) {
 }
 
 std::string site_name(const RankRecord& rank, std::uint32_t stack_id) {
-  if (stack_id >= rank.stacks.size() || rank.stacks[stack_id].empty()) return "<no stack>";
+  if (!has_frames(rank, stack_id)) return "<no stack>";
   const Stack& stack = rank.stacks[stack_id];
   // The innermost line of the user's own code says where to look; failing that, the innermost
   // Python frame (in a mixed stack, torch's stacks="all", C++ frames come first), then any.
@@ -272,10 +272,9 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     // vary with the batches' sizes), and the same on every rank that runs the same leaking code.
     // In double: a hostile record's times may be anywhere in int64 (their difference overflows).
     const double period = (static_cast<double>(starts.back()) - static_cast<double>(starts.front())) / spans;
-    auto framed = [&](std::uint32_t stack) { return stack < rank.stacks.size() && !rank.stacks[stack].empty(); };
     using Times = std::vector<std::pair<std::int64_t, std::uint64_t>>;  // (time, size), by time
     std::map<std::pair<std::uint32_t, std::uint64_t>, Times> kept_by_path;
-    for (const auto& e : made) kept_by_path[{e.stack, framed(e.stack) ? 0 : e.size}].emplace_back(e.time_ns, e.size);
+    for (const auto& e : made) kept_by_path[{e.stack, has_frames(rank, e.stack) ? 0 : e.size}].emplace_back(e.time_ns, e.size);
     // Consecutive allocations more than a quarter of a batch apart start a new time, and so do
     // two with a recorded batch mark between them (marks from the job itself are exact; a batch
     // can be far shorter than the window's mean, the first one holding the window's opening):
@@ -322,7 +321,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     for (auto& [path, list] : kept_by_path) {
       if (optimizer_state(path.first)) continue;
       const Times times = times_of(list);
-      if (times.size() < (framed(path.first) ? 2u : 3u)) continue;
+      if (times.size() < (has_frames(rank, path.first) ? 2u : 3u)) continue;
       double kept_bytes = 0;
       for (std::size_t t = 0; t + 1 < times.size(); ++t) kept_bytes += static_cast<double>(times[t].second);
       count(per_batch_of(kept_bytes, times), path.first, times.size());
@@ -334,7 +333,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     // by equal steps.
     std::unordered_map<std::uint32_t, Times> allocs_of;
     for (const auto& e : made) {
-      if (framed(e.stack) && !optimizer_state(e.stack)) allocs_of.try_emplace(e.stack);
+      if (has_frames(rank, e.stack) && !optimizer_state(e.stack)) allocs_of.try_emplace(e.stack);
     }
     if (!allocs_of.empty()) {
       for (const Event& e : w.events) {
@@ -360,7 +359,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     }
     s.retained_per_batch = total;
     // Without a stack anywhere there is no code path to tell a regrown tensor by.
-    s.growth_regrown |= std::none_of(made.begin(), made.end(), [&](const auto& e) { return framed(e.stack); });
+    s.growth_regrown |= std::none_of(made.begin(), made.end(), [&](const auto& e) { return has_frames(rank, e.stack); });
   }
 }
 

@@ -158,6 +158,15 @@ std::optional<Count> choose_count(const std::map<std::size_t, std::vector<Anchor
   return std::nullopt;
 }
 
+// The first event in [lo, hi] at the lowest level there.
+std::size_t first_lowest(const std::vector<std::uint64_t>& level, std::size_t lo, std::size_t hi) {
+  std::size_t best = lo;
+  for (std::size_t j = lo; j <= hi; ++j) {
+    if (level[j] < level[best]) best = j;
+  }
+  return best;
+}
+
 // Boundaries from anchors: the offset from the anchors at which allocated memory is lowest on
 // average, then each batch's own low point near it: the first event at the lowest level, so
 // that the frees ending a batch stay in it and the batch starts with the next allocation.
@@ -196,10 +205,7 @@ std::vector<std::size_t> place_boundaries(const std::vector<std::size_t>& anchor
     const std::int64_t lo = std::max<std::int64_t>(after ? static_cast<std::int64_t>(a) : 0, centre - reach);
     const std::int64_t hi = std::min<std::int64_t>(static_cast<std::int64_t>(n), centre + reach);
     if (lo > hi) continue;
-    std::size_t best = static_cast<std::size_t>(lo);
-    for (std::int64_t j = lo; j <= hi; ++j) {
-      if (level[static_cast<std::size_t>(j)] < level[best]) best = static_cast<std::size_t>(j);
-    }
+    const std::size_t best = first_lowest(level, static_cast<std::size_t>(lo), static_cast<std::size_t>(hi));
     if (out.empty() || best > out.back()) out.push_back(best);
   }
   return out;
@@ -211,10 +217,7 @@ std::vector<std::size_t> lowest_between(const std::vector<std::size_t>& anchors,
   std::vector<std::size_t> out;
   for (std::size_t k = 0; k < anchors.size(); ++k) {
     const std::size_t lo = std::min(anchors[k], n), hi = k + 1 < anchors.size() ? std::min(anchors[k + 1], n) : n;
-    std::size_t best = lo;
-    for (std::size_t j = lo; j <= hi; ++j) {
-      if (level[j] < level[best]) best = j;
-    }
+    const std::size_t best = first_lowest(level, lo, hi);
     if (out.empty() || best > out.back()) out.push_back(best);
   }
   return out;
@@ -376,27 +379,27 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
   // START to its END) repeat with period m (A B A B ...), else 1. Inside, not after: what comes
   // after a step differs every other batch in a loop that evaluates every other batch.
   auto optimizers_per_batch = [&](const std::vector<std::size_t>& steps, const std::vector<std::size_t>& ends) -> std::size_t {
-    std::vector<std::uint32_t> stack_after;
+    std::vector<std::uint32_t> stack_inside;
     for (std::size_t i = 0; i < steps.size(); ++i) {
       auto next_end = std::lower_bound(ends.begin(), ends.end(), steps[i]);  // this step's END
       const std::size_t end = next_end == ends.end() ? w.events.size() : std::min(*next_end, w.events.size());
       std::uint32_t sid = kNoStack;
       for (std::size_t e = steps[i]; e < end; ++e) {
         const Event& ev = w.events[e];
-        if (ev.action == Action::alloc && ev.stack_id < rank.stacks.size() && !rank.stacks[ev.stack_id].empty()) {
+        if (ev.action == Action::alloc && has_frames(rank, ev.stack_id)) {
           sid = ev.stack_id;
           break;
         }
       }
-      stack_after.push_back(sid);
+      stack_inside.push_back(sid);
     }
-    // A step with no allocation after it (the last one, before the dump) matches any.
-    for (std::size_t m = 2; m <= 4 && 2 * m <= stack_after.size(); ++m) {
+    // A step that allocated nothing with a stack (the last one, cut by the dump) matches any.
+    for (std::size_t m = 2; m <= 4 && 2 * m <= stack_inside.size(); ++m) {
       bool periodic = true, differ = false;
-      for (std::size_t i = 0; i < stack_after.size() && periodic; ++i) {
-        if (i < m) periodic = stack_after[i] != kNoStack;
-        else periodic = stack_after[i] == kNoStack || stack_after[i] == stack_after[i % m];
-        differ |= stack_after[i] != kNoStack && stack_after[i] != stack_after[0];
+      for (std::size_t i = 0; i < stack_inside.size() && periodic; ++i) {
+        if (i < m) periodic = stack_inside[i] != kNoStack;
+        else periodic = stack_inside[i] == kNoStack || stack_inside[i] == stack_inside[i % m];
+        differ |= stack_inside[i] != kNoStack && stack_inside[i] != stack_inside[0];
       }
       if (periodic && differ) return m;
     }

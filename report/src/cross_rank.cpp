@@ -238,8 +238,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     bool measured = false;
     std::string site;
     const WindowDigest* inferred = nullptr;  // a window whose batches were inferred
-    double retained = 0;                     // kept for good per batch (WindowDigest::retained_per_batch)
-    double retained_top = 0;
+    double retained = 0;                     // kept for good per batch: the window that shows it most
     std::string retained_site;
     std::uint32_t retained_times = 0;
     bool regrown = false;                    // some window's rise is held by a regrown tensor
@@ -258,10 +257,9 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
       if (d->batch_method != "recorded") g.inferred = d;
       // The window that shows it keeping the most: a window too short to see a code path allocate
       // twice shows nothing, which is no evidence that it keeps nothing.
-      g.retained = std::max(g.retained, d->retained_per_batch);
       g.regrown |= d->growth_regrown;
-      if (d->retained_per_batch > g.retained_top) {
-        g.retained_top = d->retained_per_batch;
+      if (d->retained_per_batch > g.retained) {
+        g.retained = d->retained_per_batch;
         g.retained_site = d->retained_site;
         g.retained_times = d->retained_times;
       }

@@ -107,6 +107,11 @@ inline std::uint64_t live_key(int device, std::uint64_t addr) {
 
 WindowStats analyse_window(const RankRecord& rank, const WindowRecord& window, const AnalysisOptions& options = {});
 
+// A stack with frames: an id the rank holds and that is not empty (kNoStack has none).
+inline bool has_frames(const RankRecord& rank, std::uint32_t stack_id) {
+  return stack_id < rank.stacks.size() && !rank.stacks[stack_id].empty();
+}
+
 // The site of a stack: the innermost frame that is not allocator or framework plumbing,
 // as "function (file:line)". Empty stack: "<no stack>".
 std::string site_name(const RankRecord& rank, std::uint32_t stack_id);
