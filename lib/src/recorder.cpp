@@ -101,8 +101,11 @@ void* Recorder::Impl::writer_main(void* arg) {
     seen = s->writer_wake.load(std::memory_order_acquire);
     if (s->writer_quit.load()) break;
     try {
-      std::lock_guard lock(s->mutex);
-      if (s->active.load()) s->drain(true);
+      std::unique_lock lock(s->mutex);
+      if (s->active.load()) {
+        s->drain(true);
+        s->publish(&lock);
+      }
     } catch (...) {
       log::once(s->warned_internal, log::Level::warn, "internal error in memsnap's writer; recording stops, the job goes on");
       s->active.store(false);
@@ -145,8 +148,7 @@ void Recorder::Impl::stop_writer() {
   writer_started = false;
 }
 
-ThreadBuffer* Recorder::Impl::buffer_for_this_thread(const void* owner) {
-  if (t_cache.owner == owner && t_cache.epoch == epoch && t_cache.buffer != nullptr) return t_cache.buffer;
+ThreadBuffer* Recorder::Impl::register_this_thread(const void* owner) {
   std::lock_guard lock(mutex);
   std::shared_ptr<ThreadBuffer> buf;
   for (auto& b : buffers) {
@@ -211,6 +213,7 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
       if (s.meta.device_name.empty()) s.meta.device_name = options.device_name;
       s.trim_modules.insert(s.trim_modules.end(), options.trim_modules.begin(), options.trim_modules.end());
       if (!s.spill.write_meta(s.meta)) s.fail_io();  // a later META record replaces the first
+      s.publish(nullptr);
       return s.active.load();
     }
     s.started = true;
@@ -317,6 +320,7 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
       s.spill.close();
       return false;
     }
+    s.spill.set_buffered(true);
     s.tsc_clock = tick_source().tsc;
     s.tick_rate = tick_source().ns_per_tick;
     s.tick_anchor = read_tsc();
@@ -332,7 +336,7 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
         pthread_atfork(nullptr, nullptr, disable_in_fork_child);
       });
     }
-    s.active.store(s.spill.is_open());
+    s.active.store(s.publish(nullptr));
     lock_release.keep = s.active.load();
     return s.active.load();
   } catch (const std::exception& e) {
@@ -362,13 +366,21 @@ void Recorder::set_foreign_frame_resolver(ForeignFrameResolver resolver) noexcep
 void Recorder::Impl::push(const void* owner, Action action, int device, std::uint64_t addr, std::uint64_t size,
                           std::uint64_t stream, std::uint8_t flags, std::span<const std::uintptr_t> foreign,
                           std::uint64_t tsc_ticks) {
-  ThreadBuffer* b = buffer_for_this_thread(owner);
+  ThreadBuffer* b = t_cache.buffer;
+  if (t_cache.owner != owner || t_cache.epoch != epoch || b == nullptr) [[unlikely]] b = register_this_thread(owner);
   const std::uint64_t head = b->head.load(std::memory_order_relaxed);
   const std::uint64_t used = head - b->tail.load(std::memory_order_acquire);
   if (used >= ThreadBuffer::kCapacity) [[unlikely]] {
-    std::lock_guard lock(mutex);
+    std::unique_lock lock(mutex);
     // Another thread's drain may have emptied this ring while this one waited for the lock.
     if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) drain(true);
+    // What the drain wrote (a batch mark in the ring closes a batch) is the writer's, unless it
+    // is far behind.
+    if (writer_running.load(std::memory_order_relaxed) && spill.pending_bytes() < kMaxPendingBytes) {
+      if (spill.pending_bytes() > 0) wake_writer();
+    } else {
+      publish(&lock);
+    }
   } else if (used == ThreadBuffer::kCapacity / 2 && writer_running.load(std::memory_order_relaxed)) [[unlikely]] {
     wake_writer();  // a long batch: drained while it runs, so this thread need not
   }
@@ -469,6 +481,7 @@ void Recorder::record_oom(int device, std::uint64_t requested, std::uint64_t dev
     } else if (s.config.oom_snapshot) {
       s.write_adhoc_window(true);
     }
+    s.publish(nullptr);  // on disk before the job reacts to its OOM
   } catch (...) {
     log::once(s.warned_internal, log::Level::warn, "internal error at an OOM; recording stops, the job goes on");
     s.active.store(false);
@@ -499,8 +512,11 @@ void Recorder::end_batch() noexcept {
       s.wake_writer();
       return;
     }
-    std::lock_guard lock(s.mutex);
-    if (s.active.load()) s.drain();
+    std::unique_lock lock(s.mutex);
+    if (s.active.load()) {
+      s.drain();
+      s.publish(&lock);
+    }
   } catch (...) {
     log::once(s.warned_internal, log::Level::warn, "internal error at a batch step; recording stops, the job goes on");
     s.active.store(false);
@@ -515,7 +531,8 @@ bool Recorder::dump() noexcept {
     std::lock_guard lock(s.mutex);
     if (!s.active.load()) return false;
     s.drain();
-    return s.window_open ? s.close_window(s.batch, false, now_ns()) : s.write_adhoc_window(false);
+    const bool ok = s.window_open ? s.close_window(s.batch, false, now_ns()) : s.write_adhoc_window(false);
+    return s.publish(nullptr) && ok;
   } catch (...) {
     log::once(s.warned_internal, log::Level::warn, "internal error at a dump; recording stops, the job goes on");
     s.active.store(false);
@@ -541,7 +558,11 @@ void Recorder::stop() noexcept {
       s.fail_io();
       return;
     }
-    s.spill.close();
+    if (!s.publish(nullptr)) return;
+    {
+      std::lock_guard io(s.io_mutex);
+      s.spill.close();
+    }
     if (s.lock_fd >= 0) ::close(s.lock_fd);
     s.lock_fd = -1;
   } catch (...) {
@@ -557,7 +578,10 @@ RecorderStats Recorder::stats() const noexcept {
   if (s.in_fork_child.load()) return out;
   try {
     std::lock_guard lock(s.mutex);
-    if (s.active.load()) s.drain();
+    if (s.active.load()) {
+      s.drain();
+      s.publish(nullptr);
+    }
     out.active = s.active.load();
     out.batch = s.batch;
     out.window_open = s.window_open;

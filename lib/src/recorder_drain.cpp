@@ -126,14 +126,9 @@ void Recorder::Impl::drain(bool hold_back) {
       }
       head = keep;
     }
+    constexpr std::uint64_t kMask = ThreadBuffer::kCapacity - 1;
     for (std::uint64_t i = tail; i < head; ++i) {
-      Event& e = b->events[i & (ThreadBuffer::kCapacity - 1)];
-      if (tsc_clock) {
-        const auto ticks = static_cast<double>(static_cast<std::int64_t>(static_cast<std::uint64_t>(e.time_ns) - base_tick));
-        // Extrapolated past the last anchor, a rate off by parts per thousand could put an
-        // event after this drain began, past the batch mark that follows: never later than now.
-        e.time_ns = std::min(base_ns + static_cast<std::int64_t>(ticks * rate), drained_at);
-      }
+      const Event& e = b->events[i & kMask];
       const int kind = dedupe_kind(e);
       if (kind == 0) {
         b->trace_segment_kind = 0;
@@ -144,19 +139,19 @@ void Recorder::Impl::drain(bool hold_back) {
         const std::uint64_t hi = e.addr + std::max<std::uint64_t>(e.size, 1);
         // CUPTI's copies just before it, on this thread, in this drain.
         for (std::uint64_t j = i; j > tail; --j) {
-          Event& p = b->events[(j - 1) & (ThreadBuffer::kCapacity - 1)];
-          if ((p.flags & kDropped) != 0) continue;
+          const Event& p = b->events[(j - 1) & kMask];
+          if (b->dropped[(j - 1) & kMask]) continue;
           if (dedupe_kind(p) != kind || p.device != e.device || p.addr < e.addr || p.addr >= hi ||
               (p.flags & kFromAllocatorTrace) != 0) {
             break;
           }
-          p.flags |= kDropped;
+          b->dropped[(j - 1) & kMask] = true;
         }
         b->trace_segment_kind = kind;
         b->trace_segment_lo = e.addr;
         b->trace_segment_hi = hi;
       } else if (b->trace_segment_kind == kind && e.addr >= b->trace_segment_lo && e.addr < b->trace_segment_hi) {
-        e.flags |= kDropped;  // CUPTI's copy of the segment the allocator just reported
+        b->dropped[i & kMask] = true;  // CUPTI's copy of the segment the allocator just reported
       }
     }
     runs.push_back(Run{b, tail, head});
@@ -165,8 +160,17 @@ void Recorder::Impl::drain(bool hold_back) {
   auto take = [&](Run& r) {
     const std::size_t slot = r.next & (ThreadBuffer::kCapacity - 1);
     ++r.next;
+    if (r.b->dropped[slot]) {
+      r.b->dropped[slot] = false;
+      return;
+    }
     Event e = r.b->events[slot];
-    if ((e.flags & kDropped) != 0) return;
+    if (tsc_clock) {
+      const auto ticks = static_cast<double>(static_cast<std::int64_t>(static_cast<std::uint64_t>(e.time_ns) - base_tick));
+      // Extrapolated past the last anchor, a rate off by parts per thousand could put an
+      // event after this drain began, past the batch mark that follows: never later than now.
+      e.time_ns = std::min(base_ns + static_cast<std::int64_t>(ticks * rate), drained_at);
+    }
     if ((e.flags & kBatchMark) != 0) {
       end_batch_at(e.time_ns);  // the events before it in time are in; those after are not yet
       return;
@@ -265,7 +269,26 @@ void Recorder::Impl::fail_io() {
   log::once(warned_io, log::Level::warn,
             spill.error() + "; recording stops here, the job goes on (what was written stays readable)");
   active.store(false);
+  std::lock_guard io(io_mutex);  // a write in flight on another thread ends first
   spill.close();
+}
+
+bool Recorder::Impl::publish(std::unique_lock<std::mutex>* lock) {
+  if (!spill.is_open()) return false;
+  std::unique_lock io(io_mutex);
+  const bool sync = spill.take_pending(io_bytes);
+  if (io_bytes.empty() && !sync) return true;
+  // Whoever took earlier records holds io_mutex until they are written: the order is kept.
+  if (lock != nullptr) lock->unlock();
+  const std::string error = spill.write_out(io_bytes, sync);
+  io.unlock();
+  if (lock != nullptr) lock->lock();
+  if (!error.empty()) {
+    spill.set_error(error);
+    fail_io();
+    return false;
+  }
+  return true;
 }
 
 bool Recorder::Impl::write_new_stacks() {

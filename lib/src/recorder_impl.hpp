@@ -40,14 +40,16 @@ struct ThreadBuffer {
   // from this thread, for dropping CUPTI's copy that follows it (see drain()).
   int trace_segment_kind = 0;  // 0 none, 1 alloc-like, 2 free-like
   std::uint64_t trace_segment_lo = 0, trace_segment_hi = 0;
-  Event events[kCapacity];
+  // Consumer side: the drain's marks on CUPTI's copies of allocator segment events. The drain
+  // only reads the producer's slots: a line it wrote would bounce back to the producing core.
+  bool dropped[kCapacity] = {};
+  alignas(64) Event events[kCapacity];
   std::uint8_t depth[kCapacity] = {};
   std::unique_ptr<std::uintptr_t[]> pcs;
 };
 
 // Event::flags in the thread buffers only; cleared when drained.
 constexpr std::uint8_t kFromAllocatorTrace = 1;
-constexpr std::uint8_t kDropped = 2;  // the drain's mark on CUPTI's copy of an allocator segment event
 constexpr std::uint8_t kBatchMark = 4;  // a batch ends here (end_batch()): not an event, a place in the stream
 
 // 1: the segment gains memory (segment_alloc, segment_map), 2: loses it, 0: not a segment event.
@@ -103,6 +105,9 @@ struct Recorder::Impl {
   std::uint64_t epoch = 0;
 
   std::mutex mutex;  // everything below; taken only by memsnap's own code
+  // The spill's file descriptor (writes, sync, close). Taken after `mutex` when both are held.
+  std::mutex io_mutex;
+  std::vector<char> io_bytes;  // under io_mutex: the records being written
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;
   bool started = false;
   bool stopped = false;
@@ -172,7 +177,9 @@ struct Recorder::Impl {
   // Ends the writer thread; what it left in the rings is drained by the caller.
   void stop_writer();
 
-  ThreadBuffer* buffer_for_this_thread(const void* owner);
+  // This thread's first event for this recorder: a ring of its own (the hot path checks a
+  // thread-local cache first).
+  [[gnu::noinline]] ThreadBuffer* register_this_thread(const void* owner);
 
   std::vector<std::string> trim_modules;
   bool in_trimmed_module(std::uintptr_t pc) const;
@@ -192,8 +199,9 @@ struct Recorder::Impl {
   // after it. `hold_back` (a drain because a ring filled) leaves a thread's trailing CUPTI segment
   // events in its ring, so that the allocator's event that follows still finds them.
   //
-  // The events are read where they lie in the rings (no copy): a first pass per ring converts
-  // the clock and marks CUPTI's duplicates, a second merges the rings by time into the tables.
+  // The events are read where they lie in the rings, never written there: a first pass per ring
+  // marks CUPTI's duplicates, a second merges the rings by time (in the hot path's clock, whose
+  // conversion keeps the order) into the tables, converting each event's time as it goes.
   void drain(bool hold_back = false);
 
   // Segments and allocations of two tables, oldest first: the LIVE record's order.
@@ -209,6 +217,16 @@ struct Recorder::Impl {
 
   // Steps aside after a write failure: one line, then the job runs on unrecorded.
   void fail_io();
+
+  // The spill is buffered (SpillWriter::set_buffered): what the drain and the window records
+  // append under `mutex` reaches the file here, in order, under `io_mutex`. With `lock` (held on
+  // entry and on return) `mutex` is let go while the bytes are written and synced: the job's
+  // threads drain their rings meanwhile instead of waiting on the disk. Without it (start, OOM,
+  // dump, stop) the write is done before the caller goes on. False after a failed write, which
+  // has stepped aside.
+  bool publish(std::unique_lock<std::mutex>* lock);
+  // A full ring's drain leaves the writing to the writer thread, unless this much is waiting.
+  static constexpr std::size_t kMaxPendingBytes = std::size_t{64} << 20;
 
   bool write_new_stacks();
 

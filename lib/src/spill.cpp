@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -134,6 +135,12 @@ bool SpillWriter::write_record(SpillRecord type, std::initializer_list<std::span
   }
   std::uint32_t head[4] = {static_cast<std::uint32_t>(type), static_cast<std::uint32_t>(length), payload_crc, 0};
   head[3] = crc(head, 12);
+  if (buffered_) {
+    const auto* h = reinterpret_cast<const char*>(head);
+    pending_.insert(pending_.end(), h, h + sizeof head);
+    for (const auto& part : parts) pending_.insert(pending_.end(), part.begin(), part.end());
+    return true;
+  }
 
   // Header and payload go out with one writev(2) on an O_APPEND descriptor, so a kill leaves
   // either the whole record or a short tail that the reader recognises; no copy of the payload.
@@ -268,19 +275,45 @@ bool SpillWriter::still_linked() {
   struct stat st {};
   if (::fstat(fd_, &st) == 0 && st.st_nlink == 0) {
     error_ = path_.string() + " was deleted while recording (its folder removed?)";
-    close();
     return false;
   }
   return true;
 }
 
+std::string SpillWriter::sync_error() const {
+  if (::fdatasync(fd_) != 0 && errno != EINVAL && errno != EROFS) {
+    return "cannot sync " + path_.string() + ": " + std::strerror(errno);
+  }
+  return {};
+}
+
 bool SpillWriter::sync() {
   if (fd_ < 0) return false;
-  if (::fdatasync(fd_) != 0 && errno != EINVAL && errno != EROFS) {
-    error_ = "cannot sync " + path_.string() + ": " + std::strerror(errno);
-    return false;
+  if (buffered_) {
+    sync_wanted_ = true;
+    return true;
   }
-  return true;
+  error_ = sync_error();
+  return error_.empty();
+}
+
+bool SpillWriter::take_pending(std::vector<char>& into) {
+  into.clear();
+  pending_.swap(into);
+  return std::exchange(sync_wanted_, false);
+}
+
+std::string SpillWriter::write_out(std::span<const char> bytes, bool sync) const {
+  if (fd_ < 0) return "the spill file is not open";
+  // Whole records, in order, on an O_APPEND descriptor: a kill mid-write leaves a short tail
+  // that the reader recognises.
+  while (!bytes.empty()) {
+    const ssize_t written = ::write(fd_, bytes.data(), bytes.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return "cannot write " + path_.string() + ": " + std::strerror(written < 0 ? errno : EIO);
+    bytes = bytes.subspan(static_cast<std::size_t>(written));
+  }
+  return sync ? sync_error() : std::string();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -104,20 +104,38 @@ class SpillWriter {
   // The window's source_extras, in as many records as its size needs.
   bool write_window_extras(std::uint32_t window, std::string_view json);
   bool write_end(bool used_mpi = false);
-  bool sync();  // fdatasync: called when a window closes
+  bool sync();  // fdatasync: called when a window closes (buffered: at the next write_out)
   // False (with error() set) when the file was deleted under us, e.g. its folder removed: writes
-  // would still succeed, into a file nobody can read.
+  // would still succeed, into a file nobody can read. The file stays open: close() it.
   bool still_linked();
   void close();
+
+  // Buffered: records are appended to memory, in order, and reach the file only through
+  // take_pending() and write_out(), which may run on another thread than the one that appends
+  // (the recorder's writer thread writes while the job's threads go on recording). The caller
+  // orders them: write_out of one take before the next take's, close() after both.
+  void set_buffered(bool on) { buffered_ = on; }
+  std::size_t pending_bytes() const { return pending_.size(); }
+  // Moves the pending records into `into` (its old contents dropped, its memory reused for the
+  // next records) and returns whether a sync was asked for since the last take.
+  bool take_pending(std::vector<char>& into);
+  // Writes bytes of take_pending() to the file, then syncs if asked; "" or what went wrong.
+  // Touches neither the pending records nor error(): safe beside the appending thread.
+  std::string write_out(std::span<const char> bytes, bool sync) const;
+  void set_error(std::string error) { error_ = std::move(error); }
 
  private:
   bool write_record(SpillRecord type, std::initializer_list<std::span<const char>> parts);
   bool write_record(SpillRecord type, const ByteWriter& payload);
   template <class T>
   bool write_chunked(SpillRecord type, std::uint32_t window, std::span<const T> items);
+  std::string sync_error() const;
   int fd_ = -1;
   std::filesystem::path path_;
   std::string error_;
+  bool buffered_ = false;
+  bool sync_wanted_ = false;
+  std::vector<char> pending_;
 };
 
 // A spill that cannot be read at all (not a spill, newer version, unreadable).
