@@ -370,10 +370,10 @@ void Recorder::Impl::push(const void* owner, Action action, int device, std::uin
   if (t_cache.owner != owner || t_cache.epoch != epoch || b == nullptr) [[unlikely]] b = register_this_thread(owner);
   const std::uint64_t head = b->head.load(std::memory_order_relaxed);
   const std::uint64_t used = head - b->tail.load(std::memory_order_acquire);
-  if (used >= ThreadBuffer::kCapacity) [[unlikely]] {
+  if (used >= b->capacity) [[unlikely]] {
     std::unique_lock lock(mutex);
     // Another thread's drain may have emptied this ring while this one waited for the lock.
-    if (head - b->tail.load(std::memory_order_acquire) >= ThreadBuffer::kCapacity) drain(true);
+    if (head - b->tail.load(std::memory_order_acquire) >= b->capacity) drain(true);
     // What the drain wrote (a batch mark in the ring closes a batch) is the writer's, unless it
     // is far behind.
     if (writer_running.load(std::memory_order_relaxed) && spill.pending_bytes() < kMaxPendingBytes) {
@@ -381,10 +381,10 @@ void Recorder::Impl::push(const void* owner, Action action, int device, std::uin
     } else {
       publish(&lock);
     }
-  } else if (used == ThreadBuffer::kCapacity / 2 && writer_running.load(std::memory_order_relaxed)) [[unlikely]] {
+  } else if (used == b->capacity / 2 && writer_running.load(std::memory_order_relaxed)) [[unlikely]] {
     wake_writer();  // a long batch: drained while it runs, so this thread need not
   }
-  const std::size_t slot = head & (ThreadBuffer::kCapacity - 1);
+  const std::size_t slot = head & b->mask;
   Event& e = b->events[slot];
   e.time_ns = tsc_clock ? static_cast<std::int64_t>(tsc_ticks != 0 ? tsc_ticks : read_tsc()) : now_ns();
   e.addr = addr;

@@ -117,8 +117,8 @@ void Recorder::Impl::drain(bool hold_back) {
       // of pages before its one trace entry), at most a quarter of the ring.
       std::uint64_t keep = head;
       int run_kind = 0;
-      while (keep > tail && head - keep < ThreadBuffer::kCapacity / 4) {
-        const Event& e = b->events[(keep - 1) & (ThreadBuffer::kCapacity - 1)];
+      while (keep > tail && head - keep < b->capacity / 4) {
+        const Event& e = b->events[(keep - 1) & b->mask];
         const int k = dedupe_kind(e);
         if (k == 0 || (e.flags & kFromAllocatorTrace) != 0 || (run_kind != 0 && k != run_kind)) break;
         run_kind = k;
@@ -126,9 +126,9 @@ void Recorder::Impl::drain(bool hold_back) {
       }
       head = keep;
     }
-    constexpr std::uint64_t kMask = ThreadBuffer::kCapacity - 1;
+    const std::uint64_t mask = b->mask;
     for (std::uint64_t i = tail; i < head; ++i) {
-      const Event& e = b->events[i & kMask];
+      const Event& e = b->events[i & mask];
       const int kind = dedupe_kind(e);
       if (kind == 0) {
         b->trace_segment_kind = 0;
@@ -139,26 +139,26 @@ void Recorder::Impl::drain(bool hold_back) {
         const std::uint64_t hi = e.addr + std::max<std::uint64_t>(e.size, 1);
         // CUPTI's copies just before it, on this thread, in this drain.
         for (std::uint64_t j = i; j > tail; --j) {
-          const Event& p = b->events[(j - 1) & kMask];
-          if (b->dropped[(j - 1) & kMask]) continue;
+          const Event& p = b->events[(j - 1) & mask];
+          if (b->dropped[(j - 1) & mask]) continue;
           if (dedupe_kind(p) != kind || p.device != e.device || p.addr < e.addr || p.addr >= hi ||
               (p.flags & kFromAllocatorTrace) != 0) {
             break;
           }
-          b->dropped[(j - 1) & kMask] = true;
+          b->dropped[(j - 1) & mask] = true;
         }
         b->trace_segment_kind = kind;
         b->trace_segment_lo = e.addr;
         b->trace_segment_hi = hi;
       } else if (b->trace_segment_kind == kind && e.addr >= b->trace_segment_lo && e.addr < b->trace_segment_hi) {
-        b->dropped[i & kMask] = true;  // CUPTI's copy of the segment the allocator just reported
+        b->dropped[i & mask] = true;  // CUPTI's copy of the segment the allocator just reported
       }
     }
     runs.push_back(Run{b, tail, head});
   }
   if (runs.empty()) return;
   auto take = [&](Run& r) {
-    const std::size_t slot = r.next & (ThreadBuffer::kCapacity - 1);
+    const std::size_t slot = r.next & r.b->mask;
     ++r.next;
     if (r.b->dropped[slot]) {
       r.b->dropped[slot] = false;
@@ -194,7 +194,7 @@ void Recorder::Impl::drain(bool hold_back) {
       std::int64_t best_time = 0;
       for (auto& r : runs) {
         if (r.next == r.end) continue;
-        const std::int64_t t = r.b->events[r.next & (ThreadBuffer::kCapacity - 1)].time_ns;
+        const std::int64_t t = r.b->events[r.next & r.b->mask].time_ns;
         if (best == nullptr || t < best_time) {
           best = &r;
           best_time = t;

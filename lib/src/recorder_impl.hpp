@@ -28,23 +28,33 @@ constexpr int kMaxDepth = 64;
 // One thread's events on their way to the recorder: a single-producer (the owning thread),
 // single-consumer (whoever drains, under the recorder's lock) ring.
 struct ThreadBuffer {
-  static constexpr std::uint64_t kCapacity = 4096;
-  explicit ThreadBuffer(int depth) : depth_limit(depth) {
-    if (depth > 0) pcs = std::make_unique<std::uintptr_t[]>(kCapacity * depth);
+  // Events a ring holds: a long batch's worth, so that the writer thread drains it while the job
+  // runs on (640 KiB a recording thread). With stacks each slot also holds its frames, and the
+  // ring is kept smaller.
+  static constexpr std::uint64_t kCapacity = 16384;
+  static constexpr std::uint64_t kCapacityWithStacks = 4096;
+  explicit ThreadBuffer(int depth)
+      : capacity(depth > 0 ? kCapacityWithStacks : kCapacity), mask(capacity - 1), depth_limit(depth),
+        dropped(std::make_unique<bool[]>(capacity)), events(std::make_unique<Event[]>(capacity)),
+        depth(std::make_unique<std::uint8_t[]>(capacity)) {
+    if (depth > 0) pcs = std::make_unique<std::uintptr_t[]>(capacity * depth);
   }
   alignas(64) std::atomic<std::uint64_t> head{0};
   alignas(64) std::atomic<std::uint64_t> tail{0};
+  // Read-only after construction, read by both sides.
+  alignas(64) const std::uint64_t capacity;  // a power of two
+  const std::uint64_t mask;
+  const int depth_limit;
   std::atomic<bool> retired{false};
-  int depth_limit = 0;
   // Consumer side (under the recorder's lock): the last allocator-trace segment event drained
   // from this thread, for dropping CUPTI's copy that follows it (see drain()).
   int trace_segment_kind = 0;  // 0 none, 1 alloc-like, 2 free-like
   std::uint64_t trace_segment_lo = 0, trace_segment_hi = 0;
   // Consumer side: the drain's marks on CUPTI's copies of allocator segment events. The drain
   // only reads the producer's slots: a line it wrote would bounce back to the producing core.
-  bool dropped[kCapacity] = {};
-  alignas(64) Event events[kCapacity];
-  std::uint8_t depth[kCapacity] = {};
+  std::unique_ptr<bool[]> dropped;
+  std::unique_ptr<Event[]> events;
+  std::unique_ptr<std::uint8_t[]> depth;
   std::unique_ptr<std::uintptr_t[]> pcs;
 };
 

@@ -1,50 +1,51 @@
 #!/bin/bash
-# Two builds of the recorder side by side, on one machine: memsnap_bench_recorder of each, run in
-# interleaved rounds (A B A B ...), each process pinned, then min and median per benchmark.
-#   tests/bench/bench_recorder_ab.sh DIR_A DIR_B [ROUNDS] [FILTER]
+# Builds of the recorder side by side, on one machine: memsnap_bench_recorder of each, run in
+# interleaved rounds (A B C A B C ...), each process pinned, then min and median per benchmark.
+#   tests/bench/bench_recorder_ab.sh DIR_A DIR_B [DIR_C ...]
 # Each DIR holds memsnap_bench_recorder and the libmemsnap.so.0 it was built with (LD_LIBRARY_PATH
-# puts DIR first). ROUNDS defaults to 5, FILTER to every benchmark. PIN (default 2-7) is the
-# taskset CPU list; TMPDIR is where the spills go. Prints a table; the raw JSON of every round
-# stays in $OUT (default a temporary folder).
+# puts DIR first). ROUNDS (default 5), FILTER (a --benchmark_filter, default all), PIN (the
+# taskset CPU list, default 2-7); TMPDIR is where the spills go. Prints a table, the first DIR
+# as the baseline; the raw JSON of every round stays in $RAW (default a temporary folder).
 set -euo pipefail
-a=$1
-b=$2
-rounds=${3:-5}
-filter=${4:-.}
+rounds=${ROUNDS:-5}
+filter=${FILTER:-.}
 pin=${PIN:-2-7}
-out=${OUT:-$(mktemp -d)}
-mkdir -p "$out"
+raw=${RAW:-$(mktemp -d)}
+mkdir -p "$raw"
 for r in $(seq 1 "$rounds"); do
-  for side in A B; do
-    dir=$a
-    [ "$side" = B ] && dir=$b
+  i=0
+  for dir in "$@"; do
     LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" taskset -c "$pin" "$dir/memsnap_bench_recorder" \
       --benchmark_filter="$filter" --benchmark_min_time=1 --benchmark_format=json \
-      >"$out/$side.$r.json" 2>"$out/$side.$r.err"
+      >"$raw/$i.$r.json" 2>"$raw/$i.$r.err"
+    i=$((i + 1))
   done
 done
-python3 - "$out" "$rounds" <<'EOF'
+python3 - "$raw" "$rounds" "$@" <<'PY'
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+raw, rounds, dirs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rows = {}
-for side in "AB":
+for i in range(len(dirs)):
     for r in range(1, rounds + 1):
-        for bm in json.load(open(f"{out}/{side}.{r}.json"))["benchmarks"]:
+        for bm in json.load(open(f"{raw}/{i}.{r}.json"))["benchmarks"]:
             v = bm.get("per_event")
             if v is not None and v < 1e-3:
                 v *= 1e9  # a rate counter inverted: seconds per event
-            rows.setdefault(bm["name"], {}).setdefault(side, []).append(
+            rows.setdefault(bm["name"], {}).setdefault(i, []).append(
                 (v, bm.get("items_per_second", 0) / 1e6, bm.get("batch_end_us")))
-print(f"{'benchmark':58} {'A ns/event min/med':>20} {'B ns/event min/med':>20} {'B/A med':>8} {'A Mev/s med':>11} {'B Mev/s med':>11}")
-for name, sides in rows.items():
-    def stat(side, i, f=min):
-        vals = [x[i] for x in sides.get(side, []) if x[i] is not None]
-        return f(vals) if vals else float("nan")
-    a_med, b_med = stat("A", 0, statistics.median), stat("B", 0, statistics.median)
-    print(f"{name:58} {stat('A',0):9.1f}/{a_med:<9.1f} {stat('B',0):9.1f}/{b_med:<9.1f} {b_med / a_med:8.2f} "
-          f"{stat('A',1,statistics.median):11.2f} {stat('B',1,statistics.median):11.2f}")
-    if any(x[2] is not None for x in sides.get("A", [])):
-        print(f"{'  batch_end_us (min/med)':58} {stat('A',2):9.1f}/{stat('A',2,statistics.median):<9.1f} "
-              f"{stat('B',2):9.1f}/{stat('B',2,statistics.median):<9.1f}")
-print(f"{rounds} rounds, interleaved A B; raw JSON in {out}")
-EOF
+for i, d in enumerate(dirs):
+    print(f"[{i}] {d}")
+print("per benchmark and build: ns per event min / median, M events/s median (all threads), vs [0]")
+for name, by in rows.items():
+    print(name)
+    base = statistics.median(x[0] for x in by[0])
+    for i, xs in sorted(by.items()):
+        ns = [x[0] for x in xs]
+        med = statistics.median(ns)
+        line = f"  [{i}] {min(ns):7.1f} / {med:7.1f} ns   {statistics.median(x[1] for x in xs):7.2f} M/s   x{med / base:.2f}"
+        ends = [x[2] for x in xs if x[2] is not None]
+        if ends:
+            line += f"   batch_end_us {min(ends):.1f} / {statistics.median(ends):.1f}"
+        print(line)
+print(f"{rounds} rounds, builds interleaved; raw JSON in {raw}")
+PY

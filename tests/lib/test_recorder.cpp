@@ -15,6 +15,7 @@
 #include "memsnap/recorder.hpp"
 #include "memsnap/spill.hpp"
 #include "test_util.hpp"
+#include "../../lib/src/recorder_impl.hpp"
 #include "../../lib/src/stacks.hpp"
 
 namespace memsnap {
@@ -197,8 +198,8 @@ TEST(Recorder, TheWriterThreadChangesNothingInTheRecord) {
       Recorder r;
       EXPECT_TRUE(r.start(c, LaunchInfo{}));
       for (int b = 0; b < 20; ++b) {
-        // A batch longer than half a thread's ring: the writer drains while it runs.
-        for (int i = 0; i < 1500; ++i) {
+        // A batch longer than half a thread's ring (5/8 of it): the writer drains while it runs.
+        for (int i = 0; i < int(detail::ThreadBuffer::kCapacity * 3 / 8); ++i) {
           const std::uint64_t addr = (std::uint64_t(b) << 24) + i * 256;
           r.record_alloc(0, addr, 256, 0);
           if (i % 3 != 0) r.record_free(0, addr, 256, 0);
@@ -495,7 +496,7 @@ TEST(Recorder, ASegmentSeenByBothIsCountedOnceWhenARingFillsBetweenThem) {
   Config c = config_in(dir);
   c.skip_batches = 0;
   constexpr std::uint64_t MiB = 1 << 20;
-  constexpr int kRing = 4096;  // events a thread's ring holds before it is drained
+  constexpr int kRing = detail::ThreadBuffer::kCapacity;  // events a thread's ring holds before it is drained
   {
     Recorder r;
     ASSERT_TRUE(r.start(c, LaunchInfo{}));
@@ -531,7 +532,8 @@ TEST(Recorder, EventTimesAreTheMonotonicClockAcrossDrains) {
   Config c = config_in(dir);
   c.skip_batches = 0;
   c.max_entries = 1 << 16;
-  constexpr int kRounds = 3, kPerRound = 5000;  // more than a thread's ring: drains mid-round
+  constexpr int kRounds = 3;
+  constexpr int kPerRound = detail::ThreadBuffer::kCapacity + 904;  // more than a thread's ring: drains mid-round
   std::vector<std::pair<std::int64_t, std::int64_t>> rounds;
   {
     Recorder r;
