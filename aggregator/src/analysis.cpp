@@ -160,7 +160,7 @@ double median(std::vector<double> v) {
 template <class Apply, class Reset, class LiveMap, class SiteOf, class Kept>
 void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Reset& reset, LiveMap& live, SiteOf& site_of,
                  const std::vector<std::ptrdiff_t>& start_index, const std::vector<std::ptrdiff_t>& peak_index,
-                 const std::vector<Kept>& made, WindowStats& s) {
+                 const std::vector<Kept>& made, std::size_t top_sites, WindowStats& s) {
   const std::size_t nb = s.batches.size();
   if (nb == 0) return;
   using Tally = std::unordered_map<std::string, double>;
@@ -172,8 +172,13 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     points.emplace_back(peak_index[b], nb + b);
   }
   std::sort(points.begin(), points.end());
+  std::unordered_map<std::string, Category> category_of;
   auto tally = [&](Tally& t) {
-    live.for_each([&](std::uint64_t, const auto& l) { t[site_of(l.stack).first] += static_cast<double>(l.size); });
+    live.for_each([&](std::uint64_t, const auto& l) {
+      const auto& [name, category] = site_of(l.stack);
+      t[name] += static_cast<double>(l.size);
+      category_of.emplace(name, category);
+    });
   };
   reset();
   std::size_t p = 0;
@@ -188,6 +193,19 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
       ++p;
     }
   }
+
+  // The lowest low point's sites (the first batch's on a tie).
+  std::size_t low = 0;
+  for (std::size_t b = 1; b < nb; ++b) {
+    if (s.batches[b].min_allocated < s.batches[low].min_allocated) low = b;
+  }
+  for (const auto& [name, bytes] : at_start[low]) {
+    if (bytes > 0) s.sites_at_low.push_back(HeldSite{name, category_of[name], bytes_of(bytes)});
+  }
+  std::sort(s.sites_at_low.begin(), s.sites_at_low.end(), [](const HeldSite& a, const HeldSite& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+  });
+  if (s.sites_at_low.size() > top_sites) s.sites_at_low.resize(top_sites);
 
   // Spikes: a site's bytes at this batch's peak against the median of its other batches' peaks.
   if (nb >= 2) {
@@ -553,7 +571,7 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     site.allocations += t.allocations;
     s.category_bytes_at_peak[static_cast<int>(category)] += t.bytes_at_peak;
   }
-  batch_sites(rank, w, apply, reset, live, site_of, batch_start_index, batch_peak_index, made, s);
+  batch_sites(rank, w, apply, reset, live, site_of, batch_start_index, batch_peak_index, made, options.top_sites, s);
   for (auto& [name, site] : by_site) s.sites.push_back(std::move(site));
   std::sort(s.sites.begin(), s.sites.end(), [](const SiteStat& a, const SiteStat& b) {
     return a.bytes_at_peak != b.bytes_at_peak ? a.bytes_at_peak > b.bytes_at_peak : a.name < b.name;

@@ -376,7 +376,7 @@ void Recorder::Impl::push(const void* owner, Action action, int device, std::uin
     if (head - b->tail.load(std::memory_order_acquire) >= b->capacity) drain(true);
     // What the drain wrote (a batch mark in the ring closes a batch) is the writer's, unless it
     // is far behind.
-    if (writer_running.load(std::memory_order_relaxed) && spill.pending_bytes() < kMaxPendingBytes) {
+    if (writer_running.load(std::memory_order_relaxed) && writer_keeps_up()) {
       if (spill.pending_bytes() > 0) wake_writer();
     } else {
       publish(&lock);

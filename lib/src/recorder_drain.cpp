@@ -279,8 +279,10 @@ bool Recorder::Impl::publish(std::unique_lock<std::mutex>* lock) {
   const bool sync = spill.take_pending(io_bytes);
   if (io_bytes.empty() && !sync) return true;
   // Whoever took earlier records holds io_mutex until they are written: the order is kept.
+  io_in_flight.store(io_bytes.size(), std::memory_order_relaxed);
   if (lock != nullptr) lock->unlock();
   const std::string error = spill.write_out(io_bytes, sync);
+  io_in_flight.store(0, std::memory_order_relaxed);
   io.unlock();
   if (lock != nullptr) lock->lock();
   if (!error.empty()) {

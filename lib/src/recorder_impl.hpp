@@ -118,6 +118,7 @@ struct Recorder::Impl {
   // The spill's file descriptor (writes, sync, close). Taken after `mutex` when both are held.
   std::mutex io_mutex;
   std::vector<char> io_bytes;  // under io_mutex: the records being written
+  std::atomic<std::size_t> io_in_flight{0};  // their size while they are
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;
   bool started = false;
   bool stopped = false;
@@ -235,8 +236,13 @@ struct Recorder::Impl {
   // dump, stop) the write is done before the caller goes on. False after a failed write, which
   // has stepped aside.
   bool publish(std::unique_lock<std::mutex>* lock);
-  // A full ring's drain leaves the writing to the writer thread, unless this much is waiting.
-  static constexpr std::size_t kMaxPendingBytes = std::size_t{64} << 20;
+  // A full ring's drain leaves the writing to the writer thread, unless this much is waiting or
+  // being written: then the draining thread waits for the disk too. Every recording thread is
+  // held back alike, so that no batch outgrows max_entries because its end was held back.
+  static constexpr std::size_t kMaxPendingBytes = std::size_t{16} << 20;
+  bool writer_keeps_up() const {
+    return spill.pending_bytes() + io_in_flight.load(std::memory_order_relaxed) < kMaxPendingBytes;
+  }
 
   bool write_new_stacks();
 

@@ -339,24 +339,71 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     if (v.has_data() && !leaking.count(r)) steady.push_back(static_cast<double>(v.baseline));
   }
   const double baseline_median = median_of(steady);
+  // What a rank holds at its lowest batch boundary, by site: the window with the lowest one.
+  std::map<int, const WindowDigest*> low_of;
+  for (const auto& [r, list] : digests_of) {
+    for (const auto* d : list) {
+      if (d->batches.empty() || d->sites_at_low.empty()) continue;
+      auto lowest = [](const WindowDigest* x) {
+        std::uint64_t m = UINT64_MAX;
+        for (const auto& b : x->batches) m = std::min(m, b.min_allocated);
+        return m;
+      };
+      if (!low_of.count(r) || lowest(d) < lowest(low_of[r])) low_of[r] = d;
+    }
+  }
+  // The site a rank holds most more of there than the median of the other ranks.
+  auto held_excess = [&](int rank) -> const HeldSite* {
+    auto self = low_of.find(rank);
+    if (self == low_of.end()) return nullptr;
+    const HeldSite* best = nullptr;
+    double best_excess = 0;
+    for (const auto& h : self->second->sites_at_low) {
+      std::vector<double> others;
+      for (const auto& [o, d] : low_of) {
+        if (o == rank) continue;
+        double bytes = 0;
+        for (const auto& x : d->sites_at_low) {
+          if (x.name == h.name) bytes = static_cast<double>(x.bytes);
+        }
+        others.push_back(bytes);
+      }
+      const double excess = static_cast<double>(h.bytes) - median_of(others);
+      if (excess > best_excess) {
+        best_excess = excess;
+        best = &h;
+      }
+    }
+    return best;
+  };
   for (const auto& [r, v] : ranks) {
     if (!v.has_data() || leaking.count(r)) continue;
     const double excess = static_cast<double>(v.baseline) - baseline_median;
     if (excess <= threshold(baseline_median, 0.02)) continue;
-    const auto [site, site_bytes] = site_excess(r, v.windows.front()->batch_end);
-    (void)site_bytes;
+    // Named by what the boundary holds; without boundaries, by what the peak holds.
+    const HeldSite* held = held_excess(r);
+    const std::string site = held != nullptr ? held->name : site_excess(r, v.windows.front()->batch_end).first;
+    std::string detail = "rank " + std::to_string(r) + " holds " + human_bytes(bytes_of(excess)) +
+                         " more than the median rank at every batch boundary";
+    if (held != nullptr && held->category == Category::optimizer_state) {
+      // Lazy optimizer state (Adam's moments) appears at a parameter's first gradient.
+      detail += ", most of it optimizer state at " + site +
+                ": an optimizer makes a parameter's state at its first gradient, so this rank has trained "
+                "parameters the median rank has not yet (experts its tokens were routed to, rows of an "
+                "embedding), or holds more of a sharded optimizer's state";
+    } else {
+      detail += (site.empty() ? "" : ", most of it at " + site) + "; sharded state should be equal across ranks" +
+                (site == "<no stack>" ? " (allocated before recording began, so without frames: start "
+                                        "recording earlier to see where)"
+                                      : "");
+    }
     findings.push_back({{"kind", "shard_imbalance"},
                         {"rank", r},
                         {"batch", nullptr},
                         {"bytes", bytes_of(excess)},
                         {"site", site_or_null(site)},
-                        {"detail", "rank " + std::to_string(r) + " holds " + human_bytes(bytes_of(excess)) +
-                                       " more than the median rank at every batch boundary" +
-                                       (site.empty() ? "" : ", most of it at " + site) +
-                                       "; sharded state should be equal across ranks" +
-                                       (site == "<no stack>" ? " (allocated before recording began, so without frames: start "
-                                                               "recording earlier to see where)"
-                                                             : "")}});
+                        {"category", held != nullptr ? json(category_name(held->category)) : json(nullptr)},
+                        {"detail", detail}});
   }
 
   // Spike: one batch's peak far above that batch's median across ranks, and far above the

@@ -280,6 +280,7 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
     digest->retained_site = s.retained_site;
     digest->retained_times = s.retained_times;
     digest->growth_regrown = s.growth_regrown;
+    digest->sites_at_low = s.sites_at_low;
     digest->cut_short = s.oom || w.status != RecordStatus::ok || !w.closed;
     const auto levels = levels_at_equal_steps(series_t, series_alloc, t0, t1, kSparkPoints);
     digest->spark_max = levels.empty() ? 0 : *std::max_element(levels.begin(), levels.end());

@@ -2,6 +2,7 @@
 // cross-rank page and summary.json by rank 0 from the gathered digests.
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -21,6 +22,8 @@ namespace {
 using nlohmann::json;
 
 json digest_to_json(const WindowDigest& d) {
+  json held = json::array();
+  for (const auto& h : d.sites_at_low) held.push_back({h.name, static_cast<int>(h.category), h.bytes});
   json batches = json::array();
   for (const auto& b : d.batches)
     batches.push_back({b.batch, b.peak_allocated, b.live_at_end, b.live_at_start, b.min_allocated, b.peak_site, b.peak_site_excess});
@@ -29,6 +32,7 @@ json digest_to_json(const WindowDigest& d) {
           {"method", {d.batch_method, d.batch_confidence, d.batch_detail}},
           {"growth", {d.growth_per_batch, d.growth_monotone, d.growth_site, d.growth_site_per_batch}},
           {"retained", {d.retained_per_batch, d.retained_site, d.retained_times, d.growth_regrown}},
+          {"held", held},
           {"cut_short", d.cut_short}};
 }
 
@@ -52,6 +56,10 @@ WindowDigest digest_from_json(const json& j) {
   d.retained_site = k[1];
   d.retained_times = k[2];
   d.growth_regrown = k[3];
+  for (const auto& h : j.at("held")) {
+    const int category = std::clamp(h[1].get<int>(), 0, kCategoryCount - 1);
+    d.sites_at_low.push_back(HeldSite{h[0], static_cast<Category>(category), h[2]});
+  }
   d.cut_short = j.at("cut_short");
   d.spark = j.at("spark")[0];
   d.spark_max = j.at("spark")[1];

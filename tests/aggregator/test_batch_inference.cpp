@@ -325,5 +325,25 @@ TEST(BatchInference, TwoOptimizersOfOneClassCountOnceABatch) {
   EXPECT_EQ(found.starts.size(), 4u) << found.detail;
 }
 
+// What the lowest batch boundary holds, by site and largest first, adds up to that low point:
+// what a rank holding more at every boundary than the others is named by.
+TEST(BatchInference, TheLowestBoundaryIsHeldBySite) {
+  Trace t = make_trace(5, 1, 6, true);
+  // Held from before the window: 7 MiB from the step's code path, 5 MiB from the forward's.
+  t.w.live_at_start.push_back(LiveAlloc{0x1000, 7 * MiB, 0, 0, 2, 0, 0, 0});
+  t.w.live_at_start.push_back(LiveAlloc{0x2000, 5 * MiB, 0, 0, 0, 0, 0, 0});
+  apply_inferred_batches(infer_batches(t.rank, t.w, {}), t.w);
+  const WindowStats s = analyse_window(t.rank, t.w);
+  ASSERT_GE(s.batches.size(), 2u);
+  std::uint64_t lowest = UINT64_MAX, held = 0;
+  for (const auto& b : s.batches) lowest = std::min(lowest, b.min_allocated);
+  ASSERT_EQ(s.sites_at_low.size(), 2u);
+  EXPECT_EQ(s.sites_at_low[0].name, "step (train.py:50)");
+  EXPECT_EQ(s.sites_at_low[0].bytes, 7 * MiB);
+  EXPECT_EQ(s.sites_at_low[1].name, "forward (model.py:10)");
+  for (const auto& h : s.sites_at_low) held += h.bytes;
+  EXPECT_EQ(held, lowest);
+}
+
 }  // namespace
 }  // namespace memsnap

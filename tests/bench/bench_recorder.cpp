@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <unistd.h>
@@ -41,6 +42,11 @@ struct Fixture {
     recorder->start(c, memsnap::LaunchInfo{});
   }
   void tear_down() {
+    // A run that dropped events (a batch past max_entries) measured less than the whole record.
+    if (const auto dropped = recorder->stats().dropped; dropped > 0) {
+      std::fprintf(stderr, "memsnap_bench_recorder: %llu events dropped; this run's numbers do not count\n",
+                   static_cast<unsigned long long>(dropped));
+    }
     recorder->stop();
     recorder.reset();
     std::filesystem::remove_all(dir);

@@ -49,3 +49,5 @@ for name, by in rows.items():
         print(line)
 print(f"{rounds} rounds, builds interleaved; raw JSON in {raw}")
 PY
+# A run that dropped events measured less than the whole record: say so next to the table.
+grep -H "dropped" "$raw"/*.err || true

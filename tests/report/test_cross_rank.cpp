@@ -247,5 +247,42 @@ TEST(CrossRank, AFindingNamesTheSiteHeldMostAboveTheOtherRanksMedian) {
   EXPECT_EQ(f[1]["site"], "params (model.py:3)") << f.dump(2);
 }
 
+// A rank that holds more at every batch boundary is named by what the boundary holds, not by what
+// its peak holds: a mixture of experts' rank whose tokens reached more experts holds their Adam
+// state (made at each expert's first gradient) at every boundary, while its peak is activations.
+TEST(CrossRank, MoreHeldAtEveryBoundaryIsNamedByWhatTheBoundaryHolds) {
+  FakeRun run(4);
+  for (int r = 0; r < 4; ++r) run.window(r, 100 * MiB, 100 * MiB, 500 * MiB);
+  run.info.rows[1].live_at_open = run.info.rows[1].live_at_close = run.info.rows[1].persistent = 118 * MiB;
+  for (auto& b : run.digests[1].batches) b.min_allocated = b.live_at_start = b.live_at_end = 118 * MiB;
+  for (int r = 0; r < 4; ++r) {
+    run.digests[r].sites_at_low = {HeldSite{"weights (model.py:5)", Category::parameters, 80 * MiB},
+                                   HeldSite{"_init_group (adam.py:1)", Category::optimizer_state, (r == 1 ? 38 : 20) * MiB}};
+    // The peak's sites: activations, the most above the others on rank 1.
+    run.sites.push_back(SiteRow{r, 0, 4, 0, "loss = head(y) (train.py:9)", Category::activations,
+                                (r == 1 ? 300 : 250) * MiB, 1, 0, 0, kNoStack});
+  }
+  auto f = run.findings();
+  ASSERT_EQ(kinds(f), (std::vector<std::pair<std::string, int>>{{"shard_imbalance", 1}})) << f.dump(2);
+  EXPECT_EQ(f[0]["bytes"], 18 * MiB);
+  EXPECT_EQ(f[0]["site"], "_init_group (adam.py:1)") << f.dump(2);
+  EXPECT_EQ(f[0]["category"], "optimizer_state");
+  EXPECT_NE(f[0]["detail"].get<std::string>().find("optimizer state"), std::string::npos) << f.dump(2);
+  // Parameters held above the others: the sharding words, and that site.
+  for (int r = 0; r < 4; ++r) {
+    run.digests[r].sites_at_low = {HeldSite{"weights (model.py:5)", Category::parameters, (r == 1 ? 98 : 80) * MiB},
+                                   HeldSite{"_init_group (adam.py:1)", Category::optimizer_state, 20 * MiB}};
+  }
+  f = run.findings();
+  ASSERT_EQ(f.size(), 1u) << f.dump(2);
+  EXPECT_EQ(f[0]["site"], "weights (model.py:5)");
+  EXPECT_NE(f[0]["detail"].get<std::string>().find("sharded state should be equal"), std::string::npos) << f.dump(2);
+  // Without the boundary's sites (an older digest, no batches): the peak's site, as before.
+  for (auto& d : run.digests) d.sites_at_low.clear();
+  f = run.findings();
+  ASSERT_EQ(f.size(), 1u) << f.dump(2);
+  EXPECT_EQ(f[0]["site"], "loss = head(y) (train.py:9)");
+}
+
 }  // namespace
 }  // namespace memsnap

@@ -33,6 +33,13 @@ struct SiteStat {
   std::uint64_t allocations = 0;
 };
 
+// Bytes one site holds at a point of the window.
+struct HeldSite {
+  std::string name;
+  Category category = Category::other;
+  std::uint64_t bytes = 0;
+};
+
 struct BatchStat {
   std::int64_t batch = 0;
   std::uint64_t peak_allocated = 0;
@@ -90,6 +97,9 @@ struct WindowStats {
   // the last held at the window's end (or the window has no stacks to tell). What makes rising
   // low points a leak: they also rise with a run of ever larger inputs.
   bool growth_regrown = false;
+  // What the window's lowest batch low point holds, by site, largest first (at most top_sites):
+  // what a rank that holds more than the others at every batch boundary holds more of.
+  std::vector<HeldSite> sites_at_low;
 };
 
 struct AnalysisOptions {

@@ -52,6 +52,7 @@ struct WindowDigest {
   std::string retained_site;
   std::uint32_t retained_times = 0;
   bool growth_regrown = false;                // WindowStats::growth_regrown
+  std::vector<HeldSite> sites_at_low;         // WindowStats::sites_at_low
   bool cut_short = false;                     // closed by an OOM or a kill, mid-batch
 };
 
