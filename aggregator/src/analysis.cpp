@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "flat_map.hpp"
+#include "memsnap/numeric.hpp"
 
 namespace memsnap {
 namespace {
@@ -138,18 +139,6 @@ namespace {
 
 constexpr const char* kNoStackSite = "<no stack>";
 
-// A byte count summed in double (damaged inputs can hold sizes near 2^64): clamped, not UB.
-std::uint64_t bytes_of(double v) {
-  if (!(v > 0)) return 0;
-  return v >= 18446744073709549568.0 ? UINT64_MAX : static_cast<std::uint64_t>(v);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // Per batch: which site a spike in it is made of; per window: how the batches' low points grow,
 // and which site grows with them. One more replay, tallying the live allocations by site at each

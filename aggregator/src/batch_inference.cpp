@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "memsnap/analysis.hpp"
+#include "memsnap/numeric.hpp"
 
 namespace memsnap {
 namespace {
@@ -337,8 +338,7 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
     if (pos.size() >= 3) {
       std::vector<double> gaps;
       for (std::size_t i = 1; i < pos.size(); ++i) gaps.push_back(pos[i] - pos[i - 1]);
-      std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
-      period = std::min(period, gaps[gaps.size() / 2]);
+      period = std::min(period, upper_median(std::move(gaps)));
     }
     // The window opened at a batch start when it opened as low as the batches' low points.
     if (!bounds.empty() && bounds.front() > 0 && static_cast<double>(bounds.front()) >= period / 2) {
@@ -346,8 +346,7 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
       std::uint64_t peak = 0;
       for (std::size_t b : bounds) lows.push_back(static_cast<double>(level[b]));
       for (auto v : level) peak = std::max(peak, v);
-      std::sort(lows.begin(), lows.end());
-      const double low = lows[lows.size() / 2];
+      const double low = upper_median(std::move(lows));
       if (static_cast<double>(level[0]) <= low + 0.1 * std::max(0.0, static_cast<double>(peak) - low)) bounds.insert(bounds.begin(), 0);
     }
     // A boundary with (almost) nothing after it starts no batch of this window; but one placed

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "memsnap/aggregate.hpp"
+#include "memsnap/numeric.hpp"
 #include "memsnap/report.hpp"
 
 namespace memsnap {
@@ -20,21 +21,7 @@ namespace {
 using nlohmann::json;
 constexpr std::uint64_t MiB = 1024 * 1024;
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // Bytes above which a difference is worth a finding: `fraction` of the typical value, at least 1 MiB.
-// A byte count computed in double (sums and differences of sizes that damaged inputs can make
-// near 2^64): clamped to what a uint64 holds, never an out-of-range cast.
-std::uint64_t bytes_of(double v) {
-  if (!(v > 0)) return 0;
-  return v >= 18446744073709549568.0 ? UINT64_MAX : static_cast<std::uint64_t>(v);
-}
-
 double threshold(double typical, double fraction) { return std::max(static_cast<double>(MiB), typical * fraction); }
 
 struct RankView {
@@ -87,7 +74,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     if (!v.has_data()) continue;
     peaks.push_back(static_cast<double>(v.peak));
   }
-  const double peak_median = median_of(peaks);
+  const double peak_median = median(peaks);
 
   // Imbalance of peak allocated: max/median, spread, z-scores, and outliers by a robust rule
   // (distance from the median in units of the median absolute deviation; with identical peers,
@@ -105,7 +92,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     const double sd = peaks.size() > 1 ? std::sqrt(sq / static_cast<double>(peaks.size())) : 0;
     std::vector<double> dev;
     for (double p : peaks) dev.push_back(std::fabs(p - peak_median));
-    const double mad = median_of(dev) * 1.4826;
+    const double mad = median(dev) * 1.4826;
     json z = json::array(), outliers = json::array(), reasons = json::object();
     for (const auto& [r, v] : ranks) {
       if (!v.has_data()) {
@@ -283,7 +270,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     if (g.measured) measured_growths.push_back(g.per_batch);
   }
   // With fewer than three ranks there is no majority to call normal: growth itself is the excess.
-  const double growth_norm = measured_growths.size() >= 3 ? median_of(measured_growths) : 0.0;
+  const double growth_norm = measured_growths.size() >= 3 ? median(measured_growths) : 0.0;
   auto inferred_note = [](const WindowDigest* d) -> std::string {
     if (d == nullptr) return "";
     char c[48];
@@ -338,7 +325,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
   for (const auto& [r, v] : ranks) {
     if (v.has_data() && !leaking.count(r)) steady.push_back(static_cast<double>(v.baseline));
   }
-  const double baseline_median = median_of(steady);
+  const double baseline_median = median(steady);
   // What a rank holds at its lowest batch boundary, by site: the window with the lowest one.
   std::map<int, const WindowDigest*> low_of;
   for (const auto& [r, list] : digests_of) {
@@ -368,7 +355,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
         }
         others.push_back(bytes);
       }
-      const double excess = static_cast<double>(h.bytes) - median_of(others);
+      const double excess = static_cast<double>(h.bytes) - median(others);
       if (excess > best_excess) {
         best_excess = excess;
         best = &h;
@@ -423,7 +410,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
   for (const auto& [batch, list] : batch_peaks) {
     std::vector<double> values;
     for (const auto& [r, p] : list) values.push_back(static_cast<double>(p));
-    const double med = median_of(values);
+    const double med = median(values);
     for (const auto& [r, p] : list) excess_of[r].emplace_back(batch, static_cast<double>(p) - med);
   }
   for (const auto& [r, list] : excess_of) {
@@ -441,7 +428,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
       for (const auto& [b, e] : list) {
         if (b != batch) others.push_back(detrended(b));
       }
-      return detrended(batch) - median_of(others);
+      return detrended(batch) - median(others);
     };
     std::vector<std::pair<std::int64_t, double>> high;
     for (const auto& [b, raw] : list) {
