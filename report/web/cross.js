@@ -106,7 +106,79 @@
       default: return [r + ': ' + str(f.kind, 'finding') + (bytes ? ' (' + bytes + ')' : '') + inBatch];
     }
   }
-  const fc = M.card('Findings', { id: 'findings', hint: 'a finding names one rank and what is wrong with it' });
+  // Three or more findings of one kind at one site (and batch) are one row: a leak in the code
+  // every rank runs is one row at 1,000 ranks, not 1,000. The row lists its ranks; each stays
+  // one finding in summary.json.
+  const GROUP_MIN = 3;
+  function groupFindings(list) {
+    const byKey = new Map();
+    for (const f of list) {
+      const key = str(f.kind) + '\u0000' + str(f.site) + '\u0000' + str(f.batch);
+      if (!byKey.has(key)) byKey.set(key, []);
+      byKey.get(key).push(f);
+    }
+    const out = [];
+    const placed = new Set();
+    for (const f of list) {
+      const key = str(f.kind) + '\u0000' + str(f.site) + '\u0000' + str(f.batch);
+      const members = byKey.get(key);
+      if (members.length < GROUP_MIN) { out.push(f); continue; }
+      if (placed.has(key)) continue;
+      placed.add(key);
+      out.push({ group: true, kind: f.kind, site: f.site, batch: f.batch, members });
+    }
+    return out;
+  }
+  // "0–3, 7, 9–12": sorted ranks as runs, at most `max` runs shown.
+  function rankRuns(ranks, max) {
+    const sorted = ranks.slice().sort((a, b) => a - b);
+    const runs = [];
+    for (const r of sorted) {
+      const last = runs[runs.length - 1];
+      if (last && r === last[1] + 1) last[1] = r; else runs.push([r, r]);
+    }
+    const text = runs.slice(0, max).map(([a, b]) => (a === b ? String(a) : a + '\u2013' + b)).join(', ');
+    return runs.length > max ? text + ', \u2026' : text;
+  }
+  function groupRow(g) {
+    const ranks = g.members.map((m) => num(m.rank));
+    const bytes = g.members.map((m) => num(m.bytes)).filter((b) => isFinite(b) && b !== 0);
+    const lo = bytes.length ? Math.min(...bytes) : 0, hi = bytes.length ? Math.max(...bytes) : 0;
+    const amount = !bytes.length ? null : lo === hi ? fmtBytes(lo) : fmtBytes(lo) + '\u2013' + fmtBytes(hi);
+    const first = g.members[0];
+    const who = g.members.length + ' ranks (' + rankRuns(ranks, 8) + ')';
+    const at = g.site ? ' at ' : '';
+    const inBatch = g.batch != null ? ' in batch ' + str(g.batch) : '';
+    let text;
+    switch (str(g.kind)) {
+      case 'leak': text = who + ' each leak ' + (amount || 'memory') + ' per batch' + at; break;
+      case 'shard_imbalance': text = who + ' each hold ' + (amount ? amount + ' more than the median rank' : 'an uneven shard') + at; break;
+      case 'spike': text = who + ' each spike by ' + (amount || '?') + inBatch + at; break;
+      case 'oom': text = who + ' ran out of memory' + inBatch; break;
+      case 'missing': text = who + ' have no record'; break;
+      case 'truncated': text = who + ' have truncated records'; break;
+      default: text = who + ': ' + str(g.kind, 'finding') + inBatch + at;
+    }
+    const each = h('details', { class: 'group-ranks' }, h('summary', null, 'each rank'));
+    each.addEventListener('toggle', () => {
+      if (!each.open || each.dataset.filled) return;
+      each.dataset.filled = '1';
+      const ul = h('ul', { class: 'group-members' });
+      for (const m of g.members) {
+        const r = byRank.get(num(m.rank));
+        const page = (m.batch != null ? windowPage(r, num(m.batch)) : null) || firstPage(r);
+        ul.append(h('li', null, page ? h('a', { href: page }, 'rank ' + str(m.rank)) : 'rank ' + str(m.rank),
+          isFinite(num(m.bytes)) && num(m.bytes) !== 0 ? ' ' + fmtBytes(num(m.bytes)) : ''));
+      }
+      each.append(ul);
+    });
+    return h('li', { class: 'finding group', dataset: { kind: str(g.kind), ranks: String(g.members.length) } },
+      h('div', null, h('span', { class: 'badge kind-' + str(g.kind) }, KIND_LABEL[str(g.kind)] || str(g.kind, '?'))),
+      h('div', null, h('div', { class: 'headline' }, text, g.site ? h('code', null, str(g.site)) : null),
+        first.detail ? h('div', { class: 'detail' }, str(first.detail) + ' (the first of them; each rank\u2019s own below)') : null, each),
+      h('div', { class: 'actions' }));
+  }
+  const fc = M.card('Findings', { id: 'findings', hint: 'a finding names one rank and what is wrong with it; three or more alike are one row' });
   main.append(fc.el);
   fc.body.classList.add('flush');
   let kindFilter = null;
@@ -122,8 +194,12 @@
       chips.append(h('button', { class: 'chip' + (kindFilter ? '' : ' on'), onclick: () => { kindFilter = null; drawFindings(); } }, 'all ' + findings.length));
       for (const [k, n] of kinds) chips.append(h('button', { class: 'chip badge kind-' + k + (kindFilter === k ? ' on' : ''), onclick: () => { kindFilter = kindFilter === k ? null : k; drawFindings(); } }, (KIND_LABEL[k] || k) + ' ' + n));
     }
-    const list = findings.filter((f) => !kindFilter || str(f.kind) === kindFilter);
+    const list = groupFindings(findings.filter((f) => !kindFilter || str(f.kind) === kindFilter));
     for (const f of list.slice(0, findingsShown)) {
+      if (f.group) {
+        flist.append(groupRow(f));
+        continue;
+      }
       const r = byRank.get(num(f.rank));
       const page = (f.batch != null ? windowPage(r, num(f.batch)) : null) || firstPage(r);
       flist.append(h('li', { class: 'finding', dataset: { kind: str(f.kind), rank: str(f.rank) } },
@@ -133,7 +209,7 @@
           r ? h('a', { href: '#ranks', onclick: (ev) => { ev.preventDefault(); selectRank(r.i, true); } }, 'show rank') : null,
           page ? h('a', { href: page }, 'open page →') : null)));
     }
-    if (list.length > findingsShown) fmore.append(h('span', null, 'showing ' + findingsShown + ' of ' + list.length), h('button', { onclick: () => { findingsShown = list.length; drawFindings(); } }, 'Show all'));
+    if (list.length > findingsShown) fmore.append(h('span', null, 'showing ' + findingsShown + ' of ' + list.length + ' rows'), h('button', { onclick: () => { findingsShown = list.length; drawFindings(); } }, 'Show all'));
     fc.el.dataset.findings = String(findings.length);
   }
   if (findings.length === 0) {

@@ -347,6 +347,40 @@ TEST_F(ReportHtmlBrowserTest, ThousandRankRun) {
   screenshot(m_dir / "index.html", "cross1024_full", 1400, 3000);
 }
 
+// A leak in the code every rank runs, at 1,024 ranks: one row that names how many ranks and which,
+// not 1,024 rows; a finding of its own (the spike) stays its own row, and summary.json keeps
+// every finding (the page only groups them).
+TEST_F(ReportHtmlBrowserTest, ALeakOnEveryRankIsOneRow) {
+  CrossPageSpec cs;
+  cs.world_size = 1024;
+  cs.spike_rank = 500;
+  cs.imbalance_rank = -1;
+  json cross = memsnap::test::synthetic_cross_page(cs);
+  json findings = json::array();
+  for (const auto& f : cross["findings"]) findings.push_back(f);
+  for (int r = 0; r < 1024; ++r) {
+    findings.push_back({{"kind", "leak"}, {"rank", r}, {"batch", 7}, {"bytes", (r == 9 ? 25 : 24) * 1024 * 1024},
+                        {"site", "train (train.py:88)"},
+                        {"detail", "rank " + std::to_string(r) + " keeps 24.0 MiB more after every batch"}});
+  }
+  // Two alike are still two rows.
+  for (int r : {3, 4}) {
+    findings.push_back({{"kind", "shard_imbalance"}, {"rank", r}, {"batch", nullptr}, {"bytes", 8 * 1024 * 1024},
+                        {"site", "init (model.py:3)"}, {"detail", "holds more"}});
+  }
+  cross["findings"] = findings;
+  write_file(m_dir / "index.html", render_cross_page(cross));
+  const std::string dom = dump_dom(m_dir / "index.html");
+  expect_rendered(dom, "cross page (a leak on all 1024 ranks)");
+  EXPECT_EQ(count(dom, "<li class=\"finding group\""), 1u);
+  EXPECT_NE(dom.find("data-kind=\"leak\" data-ranks=\"1024\""), std::string::npos);
+  EXPECT_NE(dom.find("1024 ranks (0\u20131023) each leak 24.0 MiB\u201325.0 MiB per batch at "), std::string::npos);
+  EXPECT_NE(dom.find("data-kind=\"spike\" data-rank=\"500\""), std::string::npos);
+  EXPECT_EQ(count(dom, "data-kind=\"shard_imbalance\" data-rank="), 2u);
+  EXPECT_EQ(count(dom, "<li class=\"finding\""), cross["findings"].size() - 1024);
+  screenshot(m_dir / "index.html", "cross1024_grouped");
+}
+
 TEST_F(ReportHtmlBrowserTest, HostileStringsStayText) {
   RankPageSpec rs;
   rs.hostile = true;
