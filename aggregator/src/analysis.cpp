@@ -97,6 +97,15 @@ std::string site_name(const RankRecord& rank, std::uint32_t stack_id) {
   return stack.front() < rank.frames.size() ? frame_label(rank.frames[stack.front()]) : "<no stack>";
 }
 
+// FSDP's `unshard` all-gathers a module's parameters; a module kept "unsharded" is not that.
+static bool only_unsharded(std::string_view text, std::string_view needle) {
+  if (needle != "unshard") return false;
+  for (std::size_t at = text.find(needle); at != std::string_view::npos; at = text.find(needle, at + 1)) {
+    if (text.substr(at, 9) != "unsharded") return false;
+  }
+  return true;
+}
+
 Category categorize(const RankRecord& rank, std::uint32_t stack_id) {
   if (stack_id >= rank.stacks.size()) return Category::other;
   // Rules in priority order: collective buffers, then optimizer, parameters, gradients, forward.
@@ -119,7 +128,7 @@ Category categorize(const RankRecord& rank, std::uint32_t stack_id) {
     const std::string text = lower(rank.frames[id].name + " " + rank.frames[id].file);
     for (const auto& rule : rules) {
       for (auto n : rule.needles) {
-        if (!n.empty() && contains(text, n)) return rule.category;
+        if (!n.empty() && contains(text, n) && !only_unsharded(text, n)) return rule.category;
       }
     }
   }

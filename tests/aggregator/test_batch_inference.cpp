@@ -345,5 +345,20 @@ TEST(BatchInference, TheLowestBoundaryIsHeldBySite) {
   EXPECT_EQ(held, lowest);
 }
 
+// Categories come from the innermost frame that says what the memory is for. FSDP's unshard
+// all-gathers; a module kept "unsharded" holds parameters, not an all-gather's buffer.
+TEST(Categories, UnshardIsAnAllGatherAndUnshardedIsNot) {
+  RankRecord r;
+  r.frames = {{"unshard", "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py", 300},
+              {"init_unsharded_module", "train.py", 12},
+              {"_init_group", "torch/optim/adam.py", 150},
+              {"main", "train.py", 40}};
+  r.stacks = {{0, 3}, {1, 3}, {2, 3}, {1, 0, 3}};
+  EXPECT_EQ(categorize(r, 0), Category::all_gather);
+  EXPECT_NE(categorize(r, 1), Category::all_gather);
+  EXPECT_EQ(categorize(r, 2), Category::optimizer_state);
+  EXPECT_EQ(categorize(r, 3), Category::all_gather) << "the next frame out still decides";
+}
+
 }  // namespace
 }  // namespace memsnap
