@@ -24,6 +24,28 @@ constexpr std::uint64_t MiB = 1024 * 1024;
 // Bytes above which a difference is worth a finding: `fraction` of the typical value, at least 1 MiB.
 double threshold(double typical, double fraction) { return std::max(static_cast<double>(MiB), typical * fraction); }
 
+// One site's bytes over the ranks: `zeros` ranks without it, then the others' bytes, sorted.
+// The median of "the other ranks" is read off in O(log n) instead of a pass over every rank.
+struct Column {
+  std::size_t zeros = 0;
+  std::vector<double> sorted;
+  double at(std::size_t i) const { return i < zeros ? 0.0 : sorted[i - zeros]; }
+  std::size_t size() const { return zeros + sorted.size(); }
+  // The median without one entry equal to `mine` (the asking rank's own; `counted` false: the
+  // rank is not in the column).
+  double median_without(double mine, bool counted) const {
+    std::size_t skip = size();
+    if (counted && mine == 0 && zeros > 0) {
+      skip = 0;
+    } else if (counted) {
+      skip = zeros + static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), mine) - sorted.begin());
+    }
+    const std::size_t n = size() - (counted ? 1 : 0);
+    auto nth = [&](std::size_t i) { return at(i < skip ? i : i + 1); };
+    return n == 0 ? 0 : n % 2 ? nth(n / 2) : (nth(n / 2 - 1) + nth(n / 2)) / 2;
+  }
+};
+
 struct RankView {
   int rank = 0;
   std::string status = "ok";
@@ -128,13 +150,9 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
   // once per finding, and a run can have a finding on most of its ranks: each (batch, site)
   // keeps its bytes over the ranks with data, sorted (ranks without a row count as 0), so the
   // median of "the others" is read off in O(1) instead of a pass over every rank.
-  struct SiteColumn {
+  struct SiteColumn : Column {  // over the ranks with data; zeros: those without a row
     const std::string* site = nullptr;
     const std::map<int, const SiteRow*>* by_rank = nullptr;
-    std::size_t zeros = 0;       // ranks with data and no row for this site
-    std::vector<double> sorted;  // bytes of the ranks with data and a row
-    double at(std::size_t i) const { return i < zeros ? 0.0 : sorted[i - zeros]; }
-    std::size_t size() const { return zeros + sorted.size(); }
   };
   std::size_t ranks_with_data = 0;
   for (const auto& [r, v] : ranks) ranks_with_data += v.has_data() ? 1 : 0;
@@ -165,18 +183,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     for (const SiteColumn& col : columns(batch)) {
       auto it = col.by_rank->find(rank);
       const double mine = it == col.by_rank->end() ? 0 : static_cast<double>(it->second->bytes_at_peak);
-      // The median of the column without one entry equal to `mine` (the rank's own).
-      std::size_t skip = col.size();
-      if (counted && mine == 0 && col.zeros > 0) {
-        skip = 0;
-      } else if (counted) {
-        skip = col.zeros + static_cast<std::size_t>(std::lower_bound(col.sorted.begin(), col.sorted.end(), mine) -
-                                                    col.sorted.begin());
-      }
-      const std::size_t n = col.size() - (counted ? 1 : 0);
-      auto nth = [&](std::size_t i) { return col.at(i < skip ? i : i + 1); };
-      const double others = n == 0 ? 0 : n % 2 ? nth(n / 2) : (nth(n / 2 - 1) + nth(n / 2)) / 2;
-      const double excess = mine - others;
+      const double excess = mine - col.median_without(mine, counted);
       if (excess > best_excess) {
         best_excess = excess;
         best = *col.site;
@@ -339,6 +346,15 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
       if (!low_of.count(r) || lowest(d) < lowest(low_of[r])) low_of[r] = d;
     }
   }
+  // Each site's bytes there over those ranks.
+  std::map<std::string, Column> held_columns;
+  for (const auto& [r, d] : low_of) {
+    for (const auto& h : d->sites_at_low) held_columns[h.name].sorted.push_back(static_cast<double>(h.bytes));
+  }
+  for (auto& [name, col] : held_columns) {
+    std::sort(col.sorted.begin(), col.sorted.end());
+    col.zeros = low_of.size() - col.sorted.size();
+  }
   // The site a rank holds most more of there than the median of the other ranks.
   auto held_excess = [&](int rank) -> const HeldSite* {
     auto self = low_of.find(rank);
@@ -346,16 +362,8 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
     const HeldSite* best = nullptr;
     double best_excess = 0;
     for (const auto& h : self->second->sites_at_low) {
-      std::vector<double> others;
-      for (const auto& [o, d] : low_of) {
-        if (o == rank) continue;
-        double bytes = 0;
-        for (const auto& x : d->sites_at_low) {
-          if (x.name == h.name) bytes = static_cast<double>(x.bytes);
-        }
-        others.push_back(bytes);
-      }
-      const double excess = static_cast<double>(h.bytes) - median(others);
+      const double mine = static_cast<double>(h.bytes);
+      const double excess = mine - held_columns[h.name].median_without(mine, true);
       if (excess > best_excess) {
         best_excess = excess;
         best = &h;
