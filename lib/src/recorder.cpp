@@ -559,10 +559,7 @@ void Recorder::stop() noexcept {
       return;
     }
     if (!s.publish(nullptr)) return;
-    {
-      std::lock_guard io(s.io_mutex);
-      s.spill.close();
-    }
+    s.close_spill();
     if (s.lock_fd >= 0) ::close(s.lock_fd);
     s.lock_fd = -1;
   } catch (...) {

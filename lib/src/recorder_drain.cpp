@@ -269,6 +269,10 @@ void Recorder::Impl::fail_io() {
   log::once(warned_io, log::Level::warn,
             spill.error() + "; recording stops here, the job goes on (what was written stays readable)");
   active.store(false);
+  close_spill();
+}
+
+void Recorder::Impl::close_spill() {
   std::lock_guard io(io_mutex);  // a write in flight on another thread ends first
   spill.close();
 }

@@ -228,6 +228,8 @@ struct Recorder::Impl {
 
   // Steps aside after a write failure: one line, then the job runs on unrecorded.
   void fail_io();
+  // Closes the spill once no write of it is in flight (under io_mutex).
+  void close_spill();
 
   // The spill is buffered (SpillWriter::set_buffered): what the drain and the window records
   // append under `mutex` reaches the file here, in order, under `io_mutex`. With `lock` (held on

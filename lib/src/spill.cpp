@@ -150,15 +150,19 @@ bool SpillWriter::write_record(SpillRecord type, std::initializer_list<std::span
   for (const auto& part : parts) {
     if (!part.empty() && n < 8) iov[n++] = iovec{const_cast<char*>(part.data()), part.size()};
   }
-  iovec* next = iov;
+  error_ = write_all(iov, n);
+  if (!error_.empty()) {
+    close();
+    return false;
+  }
+  return true;
+}
+
+std::string SpillWriter::write_all(iovec* next, int n) const {
   while (n > 0) {
     const ssize_t written = ::writev(fd_, next, n);
     if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) {
-      error_ = "cannot write " + path_.string() + ": " + std::strerror(written < 0 ? errno : EIO);
-      close();
-      return false;
-    }
+    if (written <= 0) return "cannot write " + path_.string() + ": " + std::strerror(written < 0 ? errno : EIO);
     // A short write (a signal, a full pipe): go on from where it stopped.
     std::size_t done = static_cast<std::size_t>(written);
     while (n > 0 && done >= next->iov_len) {
@@ -171,7 +175,7 @@ bool SpillWriter::write_record(SpillRecord type, std::initializer_list<std::span
       next->iov_len -= done;
     }
   }
-  return true;
+  return {};
 }
 
 bool SpillWriter::write_record(SpillRecord type, const ByteWriter& payload) {
@@ -307,13 +311,10 @@ std::string SpillWriter::write_out(std::span<const char> bytes, bool sync) const
   if (fd_ < 0) return "the spill file is not open";
   // Whole records, in order, on an O_APPEND descriptor: a kill mid-write leaves a short tail
   // that the reader recognises.
-  while (!bytes.empty()) {
-    const ssize_t written = ::write(fd_, bytes.data(), bytes.size());
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return "cannot write " + path_.string() + ": " + std::strerror(written < 0 ? errno : EIO);
-    bytes = bytes.subspan(static_cast<std::size_t>(written));
-  }
-  return sync ? sync_error() : std::string();
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  std::string error = write_all(&iov, bytes.empty() ? 0 : 1);
+  if (error.empty() && sync) error = sync_error();
+  return error;
 }
 
 // ---------------------------------------------------------------------------------------------

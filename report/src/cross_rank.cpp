@@ -147,9 +147,8 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
   std::map<std::pair<std::int64_t, std::string>, std::map<int, const SiteRow*>> site_table;
   for (const auto& s : sites) site_table[{s.batch, s.site}][s.rank] = &s;
   // The site a rank holds most more of than the median of the other ranks, in one batch. Asked
-  // once per finding, and a run can have a finding on most of its ranks: each (batch, site)
-  // keeps its bytes over the ranks with data, sorted (ranks without a row count as 0), so the
-  // median of "the others" is read off in O(1) instead of a pass over every rank.
+  // once per finding, and a run can have a finding on most of its ranks: each (batch, site) is a
+  // Column over the ranks with data (ranks without a row count as 0).
   struct SiteColumn : Column {  // over the ranks with data; zeros: those without a row
     const std::string* site = nullptr;
     const std::map<int, const SiteRow*>* by_rank = nullptr;

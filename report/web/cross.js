@@ -111,16 +111,17 @@
   // one finding in summary.json.
   const GROUP_MIN = 3;
   function groupFindings(list) {
+    const keyOf = (f) => str(f.kind) + '\u0000' + str(f.site) + '\u0000' + str(f.batch);
     const byKey = new Map();
     for (const f of list) {
-      const key = str(f.kind) + '\u0000' + str(f.site) + '\u0000' + str(f.batch);
+      const key = keyOf(f);
       if (!byKey.has(key)) byKey.set(key, []);
       byKey.get(key).push(f);
     }
     const out = [];
     const placed = new Set();
     for (const f of list) {
-      const key = str(f.kind) + '\u0000' + str(f.site) + '\u0000' + str(f.batch);
+      const key = keyOf(f);
       const members = byKey.get(key);
       if (members.length < GROUP_MIN) { out.push(f); continue; }
       if (placed.has(key)) continue;

@@ -46,6 +46,8 @@
 
 #include "memsnap/record.hpp"
 
+struct iovec;  // <sys/uio.h>
+
 namespace memsnap {
 
 class ByteWriter;
@@ -130,6 +132,8 @@ class SpillWriter {
   template <class T>
   bool write_chunked(SpillRecord type, std::uint32_t window, std::span<const T> items);
   std::string sync_error() const;
+  // writev(2) of every byte of `iov` (n entries, advanced in place): "" or what went wrong.
+  std::string write_all(::iovec* iov, int n) const;
   int fd_ = -1;
   std::filesystem::path path_;
   std::string error_;
