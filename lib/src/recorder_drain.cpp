@@ -127,7 +127,10 @@ void Recorder::Impl::drain(bool hold_back) {
       head = keep;
     }
     const std::uint64_t mask = b->mask;
-    for (std::uint64_t i = tail; i < head; ++i) {
+    // Only the allocator trace's events drop CUPTI's: without them there is nothing to mark.
+    const bool dedupe = allocator_trace_seen.load(std::memory_order_relaxed);
+    if (!dedupe) b->trace_segment_kind = 0;
+    for (std::uint64_t i = dedupe ? tail : head; i < head; ++i) {
       const Event& e = b->events[i & mask];
       const int kind = dedupe_kind(e);
       if (kind == 0) {
