@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "crc32c.hpp"
+#include "event_packing.hpp"
 #include "memsnap/codec.hpp"
 #include "memsnap/record_fields.hpp"
 
@@ -214,7 +215,20 @@ bool SpillWriter::write_window_open(std::uint32_t window, std::int64_t batch_sta
 }
 
 bool SpillWriter::write_events(std::uint32_t window, std::span<const Event> events) {
-  return write_chunked(SpillRecord::events, window, events);
+  // Records of at most 4,096 events: the packing space stays in the cache, and a record packs
+  // on its own (its first event against zeros).
+  constexpr std::size_t chunk = 4096;
+  packed_.resize(std::min(chunk, events.size()) * packing::kMaxPackedEventBytes);
+  for (std::size_t i = 0; i < events.size(); i += chunk) {
+    const auto part = events.subspan(i, std::min(chunk, events.size() - i));
+    const std::size_t n = packing::pack(part, packed_.data());
+    const std::uint32_t prefix[2] = {window, static_cast<std::uint32_t>(part.size())};
+    if (!write_record(SpillRecord::events_packed,
+                      {bytes_of(std::span<const std::uint32_t>(prefix)), std::span<const char>(packed_.data(), n)})) {
+      return false;
+    }
+  }
+  return true;
 }
 
 template <class T>
@@ -343,10 +357,12 @@ std::map<std::uint32_t, std::size_t> announced_events(std::span<const char> byte
     std::uint32_t head[2];
     std::memcpy(head, bytes.data() + pos, sizeof head);
     if (head[1] > bytes.size() - pos - kRecordHeaderBytes) break;
-    if (static_cast<SpillRecord>(head[0]) == SpillRecord::events && head[1] >= 8) {
+    const auto type = static_cast<SpillRecord>(head[0]);
+    if ((type == SpillRecord::events || type == SpillRecord::events_packed) && head[1] >= 8) {
       std::uint32_t prefix[2];
       std::memcpy(prefix, bytes.data() + pos + kRecordHeaderBytes, sizeof prefix);
-      counts[prefix[0]] += std::min<std::size_t>(prefix[1], (head[1] - 8) / sizeof(Event));
+      const std::size_t least = type == SpillRecord::events ? sizeof(Event) : packing::kMinPackedEventBytes;
+      counts[prefix[0]] += std::min<std::size_t>(prefix[1], (head[1] - 8) / least);
     }
     pos += kRecordHeaderBytes + head[1];
   }
@@ -417,6 +433,12 @@ void apply_record(SpillRecord type, std::span<const char> payload, RankRecord& o
     case SpillRecord::events:
       append_events(d, payload, window_of(d.get<std::uint32_t>()).events);
       break;
+    case SpillRecord::events_packed: {
+      auto& events = window_of(d.get<std::uint32_t>()).events;
+      const auto n = d.get<std::uint32_t>();
+      packing::unpack(payload.subspan(payload.size() - d.remaining()), n, events);
+      break;
+    }
     case SpillRecord::batch: {
       const auto r = d.value<BatchRecord>();
       auto& w = window_of(r.window);

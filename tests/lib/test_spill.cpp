@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 
+#include "crc32c.hpp"  // lib/src: not installed
 #include "memsnap/spill.hpp"
 #include "test_util.hpp"
 
@@ -143,12 +145,112 @@ TEST(Spill, Version1FilesStillRead) {
     EXPECT_TRUE(w.source_extras.empty());
     EXPECT_FALSE(w.events.empty());
   }
-  // And a file this memsnap writes says version 2.
+  // And a file this memsnap writes says version 3.
   test::TempDir dir;
   const std::string now = write_sample(dir / "n.spill", sample());
   std::memcpy(&version, now.data() + 8, 4);
   EXPECT_EQ(version, kSpillVersion);
-  EXPECT_EQ(kSpillVersion, 2u);
+  EXPECT_EQ(kSpillVersion, 3u);
+}
+
+// Packed events (record 13) come back bit for bit, whatever each field holds: times that go
+// back, addresses that wrap, the host device, no stack and the largest stack id, flags and an
+// action past the packing's 4 bits, and more events than one record holds.
+TEST(Spill, PackedEventsRoundTripEveryFieldExactly) {
+  std::vector<Event> events = {
+      Event{0, 0, 0, 0, kNoStack, 0, Action::alloc, 0},
+      Event{std::numeric_limits<std::int64_t>::max(), ~0ull, ~0ull, ~0ull, 0xfffffffeu, 32767, Action::segment_map, 0},
+      Event{std::numeric_limits<std::int64_t>::min(), 1, 1, 1, 0, -32768, Action::free_completed, 0},
+      Event{-5, 0x7f0000000000, 512, 0, 0, -1, Action::free_requested, 0xff},
+      Event{-6, 0x10, 512, 0, 1, -1, static_cast<Action>(200), 0},
+      Event{-6, 0x10, 512, 0, 1, -1, static_cast<Action>(14), 3},
+      Event{100, 0x20, 0, 9, kNoStack, 3, Action::oom, 0},
+  };
+  for (int i = 0; i < 10000; ++i) {
+    const auto a = static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+    events.push_back(Event{1'000'000 + i * 37 - (i % 7 == 0 ? 500 : 0), 0x7f0000000000 + (a >> 40) * 512, (a >> 50) * 512,
+                           static_cast<std::uint64_t>(i % 3), i % 5 == 0 ? kNoStack : static_cast<std::uint32_t>(i % 11),
+                           static_cast<std::int16_t>(i % 2), static_cast<Action>(i % kActionCount), 0});
+  }
+  test::TempDir dir;
+  SpillWriter w;
+  ASSERT_TRUE(w.open(dir / "p.spill")) << w.error();
+  ASSERT_TRUE(w.write_window_open(0, 1, 0, {}));
+  ASSERT_TRUE(w.write_events(0, events));
+  ASSERT_TRUE(w.write_window_close(0, 1, 1, false, 0));
+  w.close();
+  const RankRecord r = read_spill(dir / "p.spill");
+  ASSERT_EQ(r.status, RecordStatus::truncated) << "no END record, every window whole: " << r.status_detail;
+  ASSERT_EQ(r.windows.size(), 1u);
+  ASSERT_EQ(r.windows[0].events.size(), events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&r.windows[0].events[i], &events[i], sizeof(Event)), 0) << "event " << i;
+  }
+}
+
+// The spill's records, each as (offset of its payload, type, payload bytes).
+struct RawRecord {
+  std::size_t at;
+  std::uint32_t type, length;
+};
+std::vector<RawRecord> records_of(const std::string& bytes) {
+  std::vector<RawRecord> out;
+  for (std::size_t pos = kSpillHeaderBytes; pos + kRecordHeaderBytes <= bytes.size();) {
+    std::uint32_t head[2];
+    std::memcpy(head, bytes.data() + pos, sizeof head);
+    out.push_back({pos + kRecordHeaderBytes, head[0], head[1]});
+    pos += kRecordHeaderBytes + head[1];
+  }
+  return out;
+}
+
+// A packed record damaged in a way its checksums cannot catch (rewritten with fresh ones, as a
+// writer with a bug would) is named, and the window keeps only the records before it.
+TEST(Spill, DamagedPackedEventsAreNamedAndNoneOfThemKept) {
+  test::TempDir dir;
+  const std::string good = write_sample(dir / "g.spill", sample());
+  const auto recs = records_of(good);
+  std::vector<RawRecord> packed;
+  for (const auto& r : recs) {
+    if (r.type == static_cast<std::uint32_t>(SpillRecord::events_packed)) packed.push_back(r);
+  }
+  ASSERT_EQ(packed.size(), 2u) << "the sample writes its events in two records";
+  const RawRecord second = packed[1];  // one event: the segment
+  auto rewrite = [&](std::string payload) {
+    std::string bytes = good.substr(0, second.at - kRecordHeaderBytes);
+    std::uint32_t head[4] = {second.type, static_cast<std::uint32_t>(payload.size()), crc32c(payload.data(), payload.size()), 0};
+    head[3] = crc32c(head, 12);
+    bytes.append(reinterpret_cast<const char*>(head), sizeof head);
+    bytes += payload;
+    bytes += good.substr(second.at + second.length);
+    return read_spill_bytes(std::span(bytes.data(), bytes.size()), "d.spill");
+  };
+  const std::string payload = good.substr(second.at, second.length);
+  ASSERT_EQ(rewrite(payload).status, RecordStatus::ok);
+
+  struct Case {
+    const char* what;
+    std::string payload;
+    const char* named;
+  };
+  std::string more = payload;
+  more[4] = 2;  // two events announced, one written
+  std::string overlong = payload.substr(0, 8) + std::string(1, '\x03') + std::string(10, '\xff') + '\x01' + '\x00';
+  const std::vector<Case> cases = {
+      {"cut inside an event", payload.substr(0, payload.size() - 1), "packed event 0: cut short"},
+      {"a byte after the last event", payload + '\x00', "1 bytes after the last packed event"},
+      {"more events announced than written", more, "packed event 1: cut short"},
+      {"a number past 64 bits", overlong, "packed event 0: a number past 64 bits"},
+      {"a count no bytes could hold", payload.substr(0, 4) + std::string("\xff\xff\xff\x0f", 4) + payload.substr(8),
+       "packed events announced in"},
+  };
+  for (const auto& c : cases) {
+    const RankRecord r = rewrite(c.payload);
+    EXPECT_EQ(r.status, RecordStatus::corrupt) << c.what;
+    EXPECT_NE(r.status_detail.find(c.named), std::string::npos) << c.what << ": " << r.status_detail;
+    ASSERT_EQ(r.windows.size(), 1u) << c.what;
+    EXPECT_EQ(r.windows[0].events.size(), 2u) << c.what << ": the first record's events, none of the damaged one's";
+  }
 }
 
 TEST(Spill, NeverClobbersAnExistingFile) {
@@ -209,7 +311,7 @@ TEST(Spill, NotASpillIsOneClearError) {
     read_spill_bytes(std::span(future.data(), future.size()), "f");
     FAIL();
   } catch (const SpillError& e) {
-    EXPECT_NE(std::string(e.what()).find("version 99 is not supported (this memsnap reads versions 1 to 2)"),
+    EXPECT_NE(std::string(e.what()).find("version 99 is not supported (this memsnap reads versions 1 to 3)"),
               std::string::npos)
         << e.what();
   }

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <numeric>
 
+#include "memsnap/spill.hpp"
 #include "test_util.hpp"
 #include "torch/pickle.hpp"
 #include "torch/snapshot.hpp"
@@ -492,4 +495,50 @@ TEST(SnapshotTest, CorruptedBytesNeverCrash) {
   }
   EXPECT_EQ(parsed + rejected, data.size() * 3);
   EXPECT_GT(rejected, 0u);
+}
+
+// What real training loops' spills cost on the node's disk: every fixture and one rank of every
+// loop in tests/data/torch-loops, imported and written as the recorder writes (packed events),
+// reads back event for event, and its events take a few bytes each instead of the raw 40.
+TEST(SnapshotTest, RealLoopsSpillAFewBytesAnEventAndReadBackExactly) {
+  std::vector<std::string> pickles;
+  for (const char* name : kFixtures) pickles.push_back(test::fixture(name));
+  for (const auto& loop : std::filesystem::directory_iterator(std::string(MEMSNAP_TEST_DATA) + "/torch-loops")) {
+    for (const auto& f : std::filesystem::directory_iterator(loop.path())) {
+      if (f.path().filename().string().rfind("rank0.", 0) == 0) pickles.push_back(f.path().string());
+    }
+  }
+  ASSERT_GE(pickles.size(), 3u + 18u);
+  for (const auto& path : pickles) {
+    const RankRecord rec = torch::import_snapshot_file(path, options()).record;
+    std::size_t events = 0;
+    for (const auto& w : rec.windows) events += w.events.size();
+    ASSERT_GT(events, 0u) << path;
+    const std::string spill = test::temp_path("packed") + ".spill";
+    std::string error;
+    ASSERT_TRUE(write_spill(rec, spill, error)) << error;
+    const RankRecord back = read_spill(spill);
+    const std::string bytes = test::read_bytes(spill);
+    std::filesystem::remove(spill);
+    ASSERT_EQ(back.windows.size(), rec.windows.size()) << path;
+    for (std::size_t i = 0; i < rec.windows.size(); ++i) {
+      const auto& a = rec.windows[i].events;
+      const auto& b = back.windows[i].events;
+      ASSERT_EQ(a.size(), b.size()) << path;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(Event)), 0) << path;
+    }
+    // The events' records alone (the rest is frames, stacks and the state at dump).
+    std::size_t packed = 0;
+    for (std::size_t pos = kSpillHeaderBytes; pos + kRecordHeaderBytes <= bytes.size();) {
+      std::uint32_t head[2];
+      std::memcpy(head, bytes.data() + pos, sizeof head);
+      if (head[0] == static_cast<std::uint32_t>(SpillRecord::events_packed)) packed += kRecordHeaderBytes + head[1];
+      pos += kRecordHeaderBytes + head[1];
+    }
+    const double per_event = static_cast<double>(packed) / static_cast<double>(events);
+    std::printf("%-60s %8zu events %6.2f bytes an event\n", (std::filesystem::path(path).parent_path().filename() / std::filesystem::path(path).filename()).c_str(), events, per_event);
+    if (events >= 500) {  // a few records' heads aside
+      EXPECT_LE(per_event, 12.0) << path;
+    }
+  }
 }

@@ -27,9 +27,13 @@
 //                     (version 2; absent: "recorded", 1.0, "")
 //    12 WINDOW_EXTRAS u32 window | bytes: a piece of the window's source_extras (JSON text); the
 //                     pieces of a window concatenate in file order (version 2; absent: empty)
+//    13 EVENTS_PACKED u32 window | u32 n | n packed events: each as its changes from the one
+//                     before it in the record, in varints (lib/src/event_packing.hpp draws them;
+//                     4-12 bytes an event for a training loop's allocator)
 //
 // Version 2 added records 11 and 12, written only for windows whose values differ from the
-// defaults; a version 1 file reads as a version 2 file without them.
+// defaults; a version 1 file reads as a version 2 file without them. Version 3 writes events as
+// EVENTS_PACKED, never EVENTS; the reader reads both.
 // Every record is written whole with one write(2), so a process killed at any moment leaves a file
 // whose complete records all read back; the reader reports the cut as `truncated`. A file
 // without END was not shut down cleanly (killed, crashed, or still running).
@@ -53,7 +57,7 @@ namespace memsnap {
 class ByteWriter;
 
 inline constexpr char kSpillMagic[8] = {'M', 'S', 'N', 'P', 'S', 'P', 'I', 'L'};
-inline constexpr std::uint32_t kSpillVersion = 2;
+inline constexpr std::uint32_t kSpillVersion = 3;
 inline constexpr std::uint32_t kSpillOldestVersion = 1;  // the oldest this reader reads
 inline constexpr std::uint32_t kSpillHeaderBytes = 24;
 inline constexpr std::uint32_t kRecordHeaderBytes = 16;
@@ -73,6 +77,7 @@ enum class SpillRecord : std::uint32_t {
   end = 10,
   window_batches = 11,
   window_extras = 12,
+  events_packed = 13,
 };
 
 // Appends records to one spill file. Never throws: every call returns false once a write failed,
@@ -140,6 +145,7 @@ class SpillWriter {
   bool buffered_ = false;
   bool sync_wanted_ = false;
   std::vector<char> pending_;
+  std::vector<char> packed_;  // write_events' packing space, reused
 };
 
 // A spill that cannot be read at all (not a spill, newer version, unreadable).
