@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +20,9 @@ namespace {
 
 using memsnap::Config;
 using memsnap::Recorder;
+
+// Pairs recorded by all threads of the run, counted 1,000 at a time.
+std::atomic<std::int64_t> g_pairs{0};
 
 // One recorder per benchmark run, shared by its threads, writing under /tmp.
 struct Fixture {
@@ -40,6 +44,7 @@ struct Fixture {
     c.background_writes = background_writes;
     recorder = std::make_unique<Recorder>();
     recorder->start(c, memsnap::LaunchInfo{});
+    g_pairs.store(0);
   }
   void tear_down() {
     // A run that dropped events (a batch past max_entries) measured less than the whole record.
@@ -74,8 +79,13 @@ void record_loop(benchmark::State& state) {
   for (auto _ : state) {
     allocate_in_model(r, addr);
     addr += 4096;
-    // A batch step every 50k pairs, as a training loop would: flushes to the spill.
-    if (++n % 50000 == 0 && state.thread_index() == 0) r.step();
+    // A batch step every 50k pairs of all threads together, as a training loop would: flushes
+    // to the spill. Whichever thread crosses the mark ends the batch, so that a thread the
+    // scheduler holds back (more threads than cores) does not stretch a batch past max_entries.
+    if (++n % 1000 == 0) {
+      const std::int64_t before = g_pairs.fetch_add(1000, std::memory_order_relaxed);
+      if ((before + 1000) / 50000 != before / 50000) r.step();
+    }
   }
   state.SetItemsProcessed(state.iterations() * 2);
   state.counters["per_event"] = benchmark::Counter(static_cast<double>(state.iterations() * 2),
