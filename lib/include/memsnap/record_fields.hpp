@@ -14,7 +14,8 @@ namespace memsnap {
 inline constexpr std::int64_t kMaxRanks = 1 << 24;
 
 
-// Store column order (HDF5 compound members); the spill writes these two as raw 40-byte structs.
+// Store column order (HDF5 compound members). The spill writes LiveAlloc as the raw 40-byte
+// struct and Event packed (lib/src/event_packing.hpp).
 template <>
 struct Fields<Event> {
   static constexpr auto list = std::tuple{
