@@ -128,6 +128,8 @@ void Recorder::Impl::drain(bool hold_back) {
     }
     const std::uint64_t mask = b->mask;
     // Only the allocator trace's events drop CUPTI's: without them there is nothing to mark.
+    // Read per ring, after its head: the flag is set before the first traced event is pushed,
+    // so a traced event inside [tail, head) is always seen with the flag set.
     const bool dedupe = allocator_trace_seen.load(std::memory_order_relaxed);
     if (!dedupe) b->trace_segment_kind = 0;
     for (std::uint64_t i = dedupe ? tail : head; i < head; ++i) {
