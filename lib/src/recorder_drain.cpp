@@ -210,6 +210,10 @@ void Recorder::Impl::drain(bool hold_back) {
     }
   }
   for (auto& r : runs) r.b->tail.store(r.end, std::memory_order_release);
+  // An open window's events go to the spill at every drain, not at the batch's end: the history
+  // stays small enough to be packed from cache, and a long batch's end is not one long stall
+  // under the lock (the job's threads wait on it once their rings are full).
+  if (window_open && history->size() > 0 && !flush_history()) fail_io();
 }
 
 std::vector<LiveAlloc> Recorder::Impl::listed(const LiveTable& segs, const LiveTable& allocs) {
