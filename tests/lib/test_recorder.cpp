@@ -888,7 +888,12 @@ TEST(Recorder, ProcessKilledMidWindowLeavesEveryFlushedBatch) {
   }
   char x;
   ASSERT_EQ(read(ready[0], &x, 1), 1);
-  usleep(10000);
+  // The writer thread writes the batches a moment after their ends (longer on a loaded machine,
+  // or under a sanitizer): the kill comes once five batches are on disk, mid-window.
+  within_10s([&] {
+    const RankRecord now = only_spill(dir);
+    return !now.windows.empty() && now.windows[0].events.size() >= 500;
+  });
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
