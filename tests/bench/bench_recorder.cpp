@@ -14,6 +14,7 @@
 #include <mutex>
 #include <unistd.h>
 
+#include "call_without_frame_pointer.hpp"
 #include "memsnap/recorder.hpp"
 
 namespace {
@@ -103,10 +104,18 @@ void record_loop(benchmark::State& state) {
   record_loop(state);
 }
 
+
 void BM_RecordAllocFree_NoStacks(benchmark::State& state) { record_loop(state); }
 void BM_RecordAllocFree_NoStacksOutsideWindows(benchmark::State& state) { record_loop(state); }
 void BM_RecordAllocFree_NativeStacks(benchmark::State& state) { record_loop(state); }
 void BM_RecordAllocFree_NativeStacksFramePointers(benchmark::State& state) { record_deep(state, 40); }
+#ifdef MEMSNAP_TEST_HAVE_CALL_WITHOUT_FRAME_POINTER
+// A frame that breaks the walk a few frames above the hook, inside stack_depth: every stack is
+// libunwind's, as in a program whose libraries keep no frame pointers.
+void BM_RecordAllocFree_NativeStacksUnwinder(benchmark::State& state) {
+  memsnap_test_call_without_frame_pointer([](void* s) { record_loop(*static_cast<benchmark::State*>(s)); }, &state);
+}
+#endif
 
 // One training batch per iteration: 1800 alloc/free pairs (3,600 events, about one step of a
 // 12-layer transformer under PyTorch's caching allocator), then the batch end; every batch is
@@ -165,6 +174,9 @@ BENCHMARK(BM_RecordAllocFree_NoStacks)->Setup(set_up_no_stacks)->Teardown(tear_d
 BENCHMARK(BM_RecordAllocFree_NoStacksOutsideWindows)->Setup(set_up_outside_windows)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
 BENCHMARK(BM_RecordAllocFree_NativeStacks)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
 BENCHMARK(BM_RecordAllocFree_NativeStacksFramePointers)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->UseRealTime();
+#ifdef MEMSNAP_TEST_HAVE_CALL_WITHOUT_FRAME_POINTER
+BENCHMARK(BM_RecordAllocFree_NativeStacksUnwinder)->Setup(set_up_native)->Teardown(tear_down)->Threads(1)->UseRealTime();
+#endif
 BENCHMARK(BM_Batch3600_Writer)->Setup(set_up_no_stacks)->Teardown(tear_down)->Threads(1)->Threads(4)->UseRealTime();
 BENCHMARK(BM_Batch3600_InPlace)->Setup(set_up_in_place)->Teardown(tear_down)->UseRealTime();
 BENCHMARK(BM_RecordInactive);

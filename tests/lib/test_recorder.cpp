@@ -14,6 +14,7 @@
 
 #include "memsnap/recorder.hpp"
 #include "memsnap/spill.hpp"
+#include "call_without_frame_pointer.hpp"
 #include "test_util.hpp"
 #include "../../lib/src/recorder_impl.hpp"
 #include "../../lib/src/stacks.hpp"
@@ -423,6 +424,60 @@ TEST(Stacks, TheFramePointerWalkAgreesWithTheDwarfUnwinder) {
   ASSERT_GE(unwound.size(), offset + 31);
   for (std::size_t i = 1; i < walked.size(); ++i) EXPECT_EQ(walked[i], unwound[offset + i - 1]) << "frame " << i;
 }
+
+#ifdef MEMSNAP_TEST_HAVE_CALL_WITHOUT_FRAME_POINTER
+struct BrokenFrameCall {
+  Recorder* recorder;
+  int walked = -1;  // what the frame-pointer walk made of this stack
+};
+
+[[gnu::noinline]] void allocate_beneath_a_broken_frame(void* arg) {
+  auto* call = static_cast<BrokenFrameCall*>(arg);
+  std::uintptr_t pcs[32];
+  call->walked = stacks::capture_with_frame_pointers(pcs, 32);
+  call->recorder->record_alloc(0, 0x5000, 4096, 0);
+  asm volatile("" ::: "memory");  // no tail call
+}
+
+[[gnu::noinline]] void call_through_a_broken_frame(BrokenFrameCall& call) {
+  memsnap_test_call_without_frame_pointer(&allocate_beneath_a_broken_frame, &call);
+  asm volatile("" ::: "memory");
+}
+
+// A frame whose frame pointer is not one (a library built without them, rbp in other use): the
+// walk gives up there, and the DWARF unwinder takes the stack on past it to its callers.
+TEST(Recorder, NativeStacksGoPastAFrameWithoutAFramePointer) {
+  test::TempDir dir;
+  Config c = config_in(dir);
+  c.skip_batches = 0;
+  c.stacks = StackMode::native;
+  BrokenFrameCall call;
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(c, LaunchInfo{}));
+    call.recorder = &r;
+    call_through_a_broken_frame(call);
+    r.step();
+    r.stop();
+  }
+  EXPECT_EQ(call.walked, 0) << "the walk refuses this chain, so the unwinder is what is tested";
+  const RankRecord rec = only_spill(dir);
+  ASSERT_EQ(rec.windows.size(), 1u);
+  ASSERT_EQ(rec.windows[0].events.size(), 1u);
+  const auto id = rec.windows[0].events[0].stack_id;
+  ASSERT_LT(id, rec.stacks.size());
+  std::vector<std::string> names;
+  for (const auto f : rec.stacks[id]) names.push_back(rec.frames.at(f).name);
+  ASSERT_FALSE(names.empty());
+  EXPECT_NE(names.front().find("allocate_beneath_a_broken_frame"), std::string::npos) << names.front();
+  const auto named = [&](const char* what) {
+    return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(named("memsnap_test_call_without_frame_pointer"));
+  EXPECT_TRUE(named("call_through_a_broken_frame")) << "the stack goes on past the broken frame";
+  EXPECT_TRUE(named("NativeStacksGoPastAFrameWithoutAFramePointer"));
+}
+#endif
 
 // What the PyTorch attachment relies on (lib/torch/): see also tests/gpu/torch_attachment.sh.
 
