@@ -104,7 +104,6 @@ void record_loop(benchmark::State& state) {
   record_loop(state);
 }
 
-
 void BM_RecordAllocFree_NoStacks(benchmark::State& state) { record_loop(state); }
 void BM_RecordAllocFree_NoStacksOutsideWindows(benchmark::State& state) { record_loop(state); }
 void BM_RecordAllocFree_NativeStacks(benchmark::State& state) { record_loop(state); }
