@@ -20,19 +20,24 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <future>
 #include <iostream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 
 #include "aggregate_item.hpp"
 #include "hdf5_util.hpp"
 #include "memsnap/codec.hpp"
+#include "memsnap/findings.hpp"
+#include "memsnap/mpi.hpp"
 #include "memsnap/spill.hpp"
-#include "mpi_util.hpp"
+#include "output_guard.hpp"
+#include "progress.hpp"
 
 namespace memsnap {
 
@@ -124,27 +129,57 @@ Plan share_plan(const mpi::Comm& comm, Plan plan) {
   return p;
 }
 
+/// What --overwrite replaces, for the refusal without it.
+std::string store_replaces(const fs::path& store) {
+  return "it and its data folder " + store_data_dir(store).filename().string();
+}
+
+/// A message with the temporary folder's paths in it, as the user's: a rank file being written
+/// (TMP/STORE.d/partN.h5) reads as the store's data folder, the rest as the output's folder.
+std::string for_user(std::string text, const Plan& plan) {
+  if (plan.tmp.empty()) return text;
+  const std::string data = (plan.tmp / store_data_dir(plan.output).filename()).string();
+  const std::string shown = store_data_dir(plan.output).string();
+  for (std::size_t at; (at = text.find(data + "/part")) != std::string::npos;) {
+    std::size_t end = at + data.size() + 5;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    if (text.compare(end, 3, ".h5") == 0) end += 3;
+    text.replace(at, end - at, shown);
+  }
+  for (std::size_t at; (at = text.find(plan.tmp.string())) != std::string::npos;) {
+    text.replace(at, plan.tmp.string().size(), plan.output.parent_path().string());
+  }
+  // HDF5's description of a failed write spans lines ("file write failed: time = ...\n, filename
+  // = ..., errno = 28, error message = 'No space left on device', ..."): its error message only.
+  static const std::regex hdf5_io(R"(time = [\s\S]*?error message = '([^']*)'[^\n]*?offset = \d+)");
+  text = std::regex_replace(text, hdf5_io, "$1");
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
 /// Checks the output and makes the temporary folder (rank 0). Returns an error line or "".
 std::string prepare_output(Plan& plan, const fs::path& output, bool overwrite) {
   std::error_code ec;
   plan.output = fs::absolute(output, ec).lexically_normal();
   if (ec) return output.string() + ": " + ec.message();
-  const fs::path data = store_data_dir(plan.output);
   const fs::path parent = plan.output.parent_path();
   if (!fs::is_directory(parent, ec)) return plan.output.string() + ": the folder " + parent.string() + " does not exist";
-  if (!overwrite) {
-    for (const auto& p : {plan.output, data}) {
-      if (fs::exists(fs::symlink_status(p, ec))) return p.string() + " already exists (use --overwrite to replace it)";
-    }
+  // Only a store memsnap wrote is ever replaced, and only with --overwrite (output_guard.hpp);
+  // the path as the user gave it, in the message.
+  if (std::string refusal = output_refusal(inspect_store_output(output), overwrite, store_replaces(output));
+      !refusal.empty()) {
+    return refusal;
   }
   std::random_device rd;
   std::ostringstream name;
   name << "." << plan.output.filename().string() << ".tmp-" << ::getpid() << "-" << std::hex << rd();
   plan.tmp = parent / name.str();
-  if (!fs::create_directory(plan.tmp, ec) || ec) return plan.tmp.string() + ": cannot create the temporary folder: " + ec.message();
+  if (!fs::create_directory(plan.tmp, ec) || ec) {
+    return parent.string() + ": cannot write the store in this folder: " + ec.message();
+  }
   if (!fs::create_directory(plan.tmp / store_data_dir(plan.output).filename(), ec) || ec) {
     fs::remove_all(plan.tmp, ec);
-    return plan.tmp.string() + ": cannot create the temporary folder";
+    return parent.string() + ": cannot write the store in this folder: " + ec.message();
   }
   return "";
 }
@@ -163,11 +198,14 @@ void install_store(const Plan& plan, bool overwrite) {
     done.emplace_back(from, to);
   };
   try {
+    // Checked again: the store may have changed, or something else appeared, since the plan.
+    const OutputState there = inspect_store_output(plan.output);
+    if (std::string refusal = output_refusal(there, overwrite, store_replaces(plan.output)); !refusal.empty()) {
+      throw AggregateError(refusal);
+    }
     for (const auto& p : {plan.output, data}) {
       std::error_code ec;
-      if (!fs::exists(fs::symlink_status(p, ec))) continue;
-      if (!overwrite) throw AggregateError(p.string() + " already exists (use --overwrite to replace it)");
-      move(p, plan.tmp / ("old." + p.filename().string()));
+      if (fs::exists(fs::symlink_status(p, ec))) move(p, plan.tmp / ("old." + p.filename().string()));
     }
     move(new_data, data);
     move(new_root, plan.output);
@@ -180,68 +218,6 @@ void install_store(const Plan& plan, bool overwrite) {
   }
 }
 
-/// Counts finished inputs across ranks for the progress line (rank 0 prints).
-class Progress {
- public:
-  Progress(const mpi::Comm& comm, bool on, std::size_t total) : m_comm(comm), m_on(on), m_total(total) {}
-  void add(std::size_t n) {
-    if (!m_on || n == 0) return;
-    if (m_comm.rank() != 0) {
-      const std::uint64_t v = n;
-      mpi::check(MPI_Send(&v, 1, MPI_UINT64_T, 0, kProgressTag, m_comm.get()), "MPI_Send");
-      return;
-    }
-    m_done += n;
-    drain(false);
-    print();
-  }
-  /// Rank 0: waits for the other ranks' counts to reach the total.
-  void finish() {
-    if (!m_on || m_comm.rank() != 0) return;
-    drain(true);
-    print();
-    if (m_inplace) std::fputc('\n', stderr);
-  }
-
- private:
-  void drain(bool wait) {
-    while (m_done < m_total) {
-      int flag = 1;
-      MPI_Status st;
-      if (!wait) {
-        mpi::check(MPI_Iprobe(MPI_ANY_SOURCE, kProgressTag, m_comm.get(), &flag, &st), "MPI_Iprobe");
-        if (!flag) return;
-      }
-      std::uint64_t v = 0;
-      mpi::check(MPI_Recv(&v, 1, MPI_UINT64_T, MPI_ANY_SOURCE, kProgressTag, m_comm.get(), &st), "MPI_Recv");
-      m_done += v;
-      if (wait) print();
-    }
-  }
-  // On a terminal the line updates in place; elsewhere (mpirun hands its ranks a pipe for stderr)
-  // a plain line at most every 5 s and at the end, readable in a log.
-  void print() {
-    if (m_inplace) {
-      std::fprintf(stderr, "\rmemsnap aggregate: %zu/%zu ranks done", m_done, m_total);
-    } else {
-      const auto now = std::chrono::steady_clock::now();
-      if (m_done < m_total && now - m_last < std::chrono::seconds(5)) return;
-      if (m_done == m_total && m_printed_total) return;
-      m_last = now;
-      m_printed_total = m_done == m_total;
-      std::fprintf(stderr, "memsnap aggregate: %zu/%zu ranks done\n", m_done, m_total);
-    }
-    std::fflush(stderr);
-  }
-  const mpi::Comm& m_comm;
-  bool m_on;
-  std::size_t m_total;
-  std::size_t m_done = 0;
-  bool m_inplace = ::isatty(STDERR_FILENO) != 0;
-  bool m_printed_total = false;
-  std::chrono::steady_clock::time_point m_last{};
-};
-
 struct CoreOptions {
   bool keep_going = false;
   bool overwrite = false;
@@ -250,7 +226,8 @@ struct CoreOptions {
   unsigned threads = 0;
   std::ostream* log = nullptr;
   AggregateStats* stats = nullptr;
-  const char* verb = "memsnap aggregate";
+  std::string verb = "memsnap aggregate";
+  AggregateDone* done = nullptr;
   bool widen_binding = false;  // see threads_per_rank
 };
 
@@ -297,7 +274,7 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
   po.deflate = o.deflate;
   po.threads = o.threads != 0 ? o.threads : threads_per_rank(comm, o.widen_binding);
   po.part_dir = plan.tmp / store_data_dir(plan.output).filename();
-  Progress progress(comm, plan.progress, total);
+  Progress progress(comm, plan.progress, total, o.verb, "ranks written", kProgressTag);
 
   ShareResult local;
   std::vector<ItemResult>& results = local.items;
@@ -391,7 +368,7 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
                              res.problems);
       }
       std::ostream& log = o.log != nullptr ? *o.log : std::cerr;
-      for (const auto& p : res.problems) log << o.verb << ": warning: " << p << "\n";
+      for (const auto& p : res.problems) log << o.verb << ": warning: " << for_user(p, plan) << "\n";
       for (auto idx : res.discard) fs::remove(data_dir / part_file_name(idx), ec);
       for (const auto& [idx, rank] : res.keep) {
         fs::rename(data_dir / part_file_name(idx), data_dir / rank_file_name(rank), ec);
@@ -404,9 +381,29 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
       index.ranks = std::move(res.ranks);
       index.rows = std::move(res.rows);
       index.sites = std::move(res.sites);
+      // The findings, once, from every window's digest (memsnap/findings.hpp): kept in the store.
+      StoreFindings found;
+      {
+        StoreInfo run;
+        run.run_name = index.run_name;
+        run.world_size = index.world_size;
+        run.ranks = index.ranks;
+        run.rows = index.rows;
+        found.findings = compute_findings(run, index.sites, res.digest.windows_grouped());
+        found.digest = std::move(res.digest);
+      }
+      index.findings = &found;
       write_root_file(plan.tmp / plan.output.filename(), index);
       install_store(plan, o.overwrite);
       fs::remove_all(plan.tmp, ec);
+      if (o.done != nullptr) {
+        o.done->filled = true;
+        o.done->ranks = index.world_size;
+        o.done->windows = static_cast<std::size_t>(
+            std::count_if(index.rows.begin(), index.rows.end(), [](const SummaryRow& r) { return r.window >= 0; }));
+        o.done->marked = static_cast<std::size_t>(
+            std::count_if(index.ranks.begin(), index.ranks.end(), [](const RankInfo& r) { return r.status != "ok"; }));
+      }
     } catch (const AggregateError& e) {
       headline = e.what();
       details = e.details();
@@ -415,6 +412,10 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
       headline = e.what();
       fs::remove_all(plan.tmp, ec);
     }
+  }
+  if (comm.rank() == 0) {
+    headline = for_user(headline, plan);
+    for (auto& d : details) d = for_user(d, plan);
   }
   std::vector<char> bytes = comm.rank() == 0 ? to_wire(Outcome{headline, details}) : std::vector<char>();
   mpi::bcast_bytes(comm, bytes, 0);
@@ -454,8 +455,13 @@ int aggregate(const AggregateOptions& options, MPI_Comm parent) {
     } else if (!fs::is_directory(run_dir, ec)) {
       plan.error = options.run_dir.string() + ": no such folder";
     } else {
-      for (const auto& f : find_spills(run_dir)) plan.files.push_back(SpillFile{f.string(), fs::file_size(f, ec)});
-      if (plan.files.empty()) {
+      // One launch's records make a store (lib/src/spill.cpp: choose_launch).
+      const LaunchChoice chosen = choose_launch(run_dir, options.launch);
+      if (!chosen.note.empty()) (options.log != nullptr ? *options.log : std::cerr) << "memsnap aggregate: " << chosen.note << "\n";
+      for (const auto& f : chosen.files) plan.files.push_back(SpillFile{f.string(), fs::file_size(f, ec)});
+      if (!chosen.error.empty()) {
+        plan.error = chosen.error;
+      } else if (plan.files.empty()) {
         plan.error = options.run_dir.string() + ": no spill files (looked for spill/*" + kSpillSuffix + " and *" + kSpillSuffix + ")";
       }
     }
@@ -477,6 +483,8 @@ int aggregate(const AggregateOptions& options, MPI_Comm parent) {
   o.widen_binding = true;
   o.log = options.log;
   o.stats = options.stats;
+  o.done = options.done;
+  o.verb = options.verb;
   run_collective(comm, plan, mine, plan.files.size(), o);
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "memsnap/findings.hpp"
 #include "memsnap/record.hpp"
 #include "memsnap/record_fields.hpp"
 #include "memsnap/store.hpp"
@@ -33,6 +34,10 @@ struct ItemResult {
   std::uint32_t n_windows = 0;
   std::vector<SummaryRow> rows;
   std::vector<SiteRow> sites;
+  // The cross-rank digest of its windows (memsnap/findings.hpp), for rank 0's findings.
+  std::vector<DigestWindowRow> digest_windows;
+  std::vector<DigestBatchRow> digest_batches;
+  std::vector<DigestHeldRow> digest_held;
 };
 
 /// Gathered to rank 0 as bytes (memsnap/codec.hpp), field by field.
@@ -42,7 +47,9 @@ struct Fields<ItemResult> {
       field("index", &ItemResult::index),   field("name", &ItemResult::name),           field("spill", &ItemResult::spill),
       field("rank", &ItemResult::rank),     field("loaded", &ItemResult::loaded),       field("written", &ItemResult::written),
       field("status", &ItemResult::status), field("detail", &ItemResult::detail),       field("meta", &ItemResult::meta),
-      field("n_windows", &ItemResult::n_windows), field("rows", &ItemResult::rows),     field("sites", &ItemResult::sites)};
+      field("n_windows", &ItemResult::n_windows), field("rows", &ItemResult::rows),     field("sites", &ItemResult::sites),
+      field("digest_windows", &ItemResult::digest_windows), field("digest_batches", &ItemResult::digest_batches),
+      field("digest_held", &ItemResult::digest_held)};
 };
 
 struct ItemInput {
@@ -94,6 +101,7 @@ struct Resolution {
   std::vector<RankInfo> ranks;
   std::vector<SummaryRow> rows;
   std::vector<SiteRow> sites;
+  DigestTables digest;                        // of the windows of the ranks kept
   std::vector<std::string> problems;          // one line per bad rank or file
   std::map<std::string, int> bad_counts;      // ranks by non-ok status
   std::vector<std::pair<std::uint32_t, int>> keep;  // written parts used: (item index, rank)

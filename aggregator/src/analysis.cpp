@@ -7,13 +7,15 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "flat_map.hpp"
+#include "categories.hpp"
 #include "memsnap/numeric.hpp"
+#include "memsnap/window_replay.hpp"
+#include "text.hpp"
 
 namespace memsnap {
 namespace {
 
-bool contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
+using text::contains;
 
 // Frames that say how memory was allocated rather than who wanted it.
 bool is_plumbing(const Frame& f) {
@@ -53,11 +55,6 @@ bool is_installed_library(const Frame& f) {
   return false;
 }
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 std::string frame_label(const Frame& f) {
@@ -71,13 +68,6 @@ std::string frame_label(const Frame& f) {
 }
 
 bool is_user_code(const Frame& f) { return is_python(f) && !is_installed_library(f); }
-
-const char* category_name(Category c) {
-  static constexpr const char* names[kCategoryCount] = {"parameters",     "gradients",   "optimizer_state", "all_gather",
-                                                        "reduce_scatter", "activations", "other"};
-  const auto i = static_cast<int>(c);
-  return i >= 0 && i < kCategoryCount ? names[i] : "other";
-}
 
 std::string site_name(const RankRecord& rank, std::uint32_t stack_id) {
   if (!has_frames(rank, stack_id)) return "<no stack>";
@@ -97,68 +87,23 @@ std::string site_name(const RankRecord& rank, std::uint32_t stack_id) {
   return stack.front() < rank.frames.size() ? frame_label(rank.frames[stack.front()]) : "<no stack>";
 }
 
-// FSDP's `unshard` all-gathers a module's parameters; a module kept "unsharded" is not that.
-static bool only_unsharded(std::string_view text, std::string_view needle) {
-  if (needle != "unshard") return false;
-  for (std::size_t at = text.find(needle); at != std::string_view::npos; at = text.find(needle, at + 1)) {
-    if (text.substr(at, 9) != "unsharded") return false;
-  }
-  return true;
-}
-
-Category categorize(const RankRecord& rank, std::uint32_t stack_id) {
-  if (stack_id >= rank.stacks.size()) return Category::other;
-  // Rules in priority order: collective buffers, then optimizer, parameters, gradients, forward.
-  struct Rule {
-    Category category;
-    std::array<std::string_view, 6> needles;
-  };
-  static constexpr Rule rules[] = {
-      {Category::all_gather, {"all_gather", "allgather", "unshard", "foreach_all_gather", "_all_gather", "pre_forward"}},
-      {Category::reduce_scatter, {"reduce_scatter", "reducescatter", "post_backward", "foreach_reduce", "_reduce_grad", ""}},
-      {Category::optimizer_state, {"torch/optim/", "optimizer", "optim_state", "_init_group", "adam", "exp_avg"}},
-      {Category::parameters, {"fully_shard", "fsdpparam", "flat_param", "sharded_param", "reset_parameters", "init_param"}},
-      {Category::gradients, {"accumulate_grad", "backward", "autograd", "grad_", "_grad", ""}},
-      {Category::activations, {"forward", "activation", "", "", "", ""}},
-  };
-  // The innermost frame that says what the memory is for decides (an all-gather called from a
-  // forward hook is an all-gather buffer; a gradient shard made inside a reduce-scatter is a gradient).
-  for (auto id : rank.stacks[stack_id]) {
-    if (id >= rank.frames.size()) continue;
-    const std::string text = lower(rank.frames[id].name + " " + rank.frames[id].file);
-    for (const auto& rule : rules) {
-      for (auto n : rule.needles) {
-        if (!n.empty() && contains(text, n) && !only_unsharded(text, n)) return rule.category;
-      }
-    }
-  }
-  return Category::other;
-}
-
-Action free_action(const WindowRecord& w) {
-  for (const auto& e : w.events) {
-    if (e.action == Action::free_completed) return Action::free_completed;
-  }
-  bool requested = false;
-  for (const auto& e : w.events) requested |= e.action == Action::free_requested;
-  return requested ? Action::free_requested : Action::free_completed;
-}
-
 namespace {
 
 constexpr const char* kNoStackSite = "<no stack>";
+// A site without frames names no line of code to look at.
+bool frameless_site(const std::string& name) { return name == kNoStackSite || name == kNoPythonFramesSite; }
 
 
 // Per batch: which site a spike in it is made of; per window: how the batches' low points grow,
 // and which site grows with them. One more replay, tallying the live allocations by site at each
 // batch's low point and at its peak.
 //
-// `kept`: (alloc time, size, stack) of the allocations made in the window and live at its end,
-// which the first replay leaves in the live table.
-template <class Apply, class Reset, class LiveMap, class SiteOf, class Kept>
-void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Reset& reset, LiveMap& live, SiteOf& site_of,
+// `made`: the allocations made in the window and live at its end, which the first replay leaves
+// in the live table. `site_of(stack, made_in_window)`.
+template <class SiteOf>
+void batch_sites(const RankRecord& rank, const WindowRecord& w, WindowReplay& replay, SiteOf& site_of,
                  const std::vector<std::ptrdiff_t>& start_index, const std::vector<std::ptrdiff_t>& peak_index,
-                 const std::vector<Kept>& made, std::size_t top_sites, WindowStats& s) {
+                 const std::vector<LiveBlock>& made, std::size_t top_sites, WindowStats& s) {
   const std::size_t nb = s.batches.size();
   if (nb == 0) return;
   using Tally = std::unordered_map<std::string, double>;
@@ -172,20 +117,20 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
   std::sort(points.begin(), points.end());
   std::unordered_map<std::string, Category> category_of;
   auto tally = [&](Tally& t) {
-    live.for_each([&](std::uint64_t, const auto& l) {
-      const auto& [name, category] = site_of(l.stack);
+    replay.live().for_each([&](std::uint64_t, const LiveBlock& l) {
+      const auto& [name, category] = site_of(l.stack_id, replay.made_in_window(l));
       t[name] += static_cast<double>(l.size);
       category_of.emplace(name, category);
     });
   };
-  reset();
+  replay.restart();
   std::size_t p = 0;
   while (p < points.size() && points[p].first < 0) {
     tally(points[p].second < nb ? at_start[points[p].second] : at_peak[points[p].second - nb]);
     ++p;
   }
   for (std::size_t i = 0; i < w.events.size() && p < points.size(); ++i) {
-    apply(w.events[i]);
+    replay.step();
     while (p < points.size() && points[p].first == static_cast<std::ptrdiff_t>(i)) {
       tally(points[p].second < nb ? at_start[points[p].second] : at_peak[points[p].second - nb]);
       ++p;
@@ -211,7 +156,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
       std::string best;
       double best_excess = 0;
       // Allocations without frames (torch's backward runs on a thread with no Python stack)
-      // name nothing: a site with frames that holds a good part of the excess says more.
+      // name no line of code: a site with frames that holds a good part of the excess says more.
       std::string named;
       double named_excess = 0;
       for (const auto& [name, bytes] : at_peak[b]) {
@@ -227,12 +172,12 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
           best_excess = excess;
           best = name;
         }
-        if (name != kNoStackSite && (excess > named_excess || (excess > 0 && excess == named_excess && name < named))) {
+        if (!frameless_site(name) && (excess > named_excess || (excess > 0 && excess == named_excess && name < named))) {
           named_excess = excess;
           named = name;
         }
       }
-      if (best == kNoStackSite && !named.empty() && named_excess >= 0.05 * best_excess) {
+      if (frameless_site(best) && !named.empty() && named_excess >= 0.05 * best_excess) {
         best = named;
         best_excess = named_excess;
       }
@@ -261,7 +206,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     double state_made = 0;
     for (const auto& e : made) {
       if (e.time_ns < starts.front() || e.time_ns >= starts.back()) continue;
-      const auto& [name, category] = site_of(e.stack);
+      const auto& [name, category] = site_of(e.stack_id, true);
       if (category == Category::optimizer_state) state_made += static_cast<double>(e.size);
       else kept[name] += static_cast<double>(e.size);
     }
@@ -290,7 +235,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     const double period = (static_cast<double>(starts.back()) - static_cast<double>(starts.front())) / spans;
     using Times = std::vector<std::pair<std::int64_t, std::uint64_t>>;  // (time, size), by time
     std::map<std::pair<std::uint32_t, std::uint64_t>, Times> kept_by_path;
-    for (const auto& e : made) kept_by_path[{e.stack, has_frames(rank, e.stack) ? 0 : e.size}].emplace_back(e.time_ns, e.size);
+    for (const auto& e : made) kept_by_path[{e.stack_id, has_frames(rank, e.stack_id) ? 0 : e.size}].emplace_back(e.time_ns, e.size);
     // Consecutive allocations more than a quarter of a batch apart start a new time, and so do
     // two with a recorded batch mark between them (marks from the job itself are exact; a batch
     // can be far shorter than the window's mean, the first one holding the window's opening):
@@ -323,7 +268,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     double total = 0, top = 0;
     auto count = [&](double per_batch, std::uint32_t stack, std::size_t times) {
       total += per_batch;
-      const std::string& name = site_of(stack).first;
+      const std::string& name = site_of(stack, true).first;
       if (per_batch > top || (per_batch == top && name < s.retained_site)) {
         top = per_batch;
         s.retained_site = name;
@@ -333,7 +278,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     // Optimizer state is created when a parameter first gets a gradient: in a mixture of
     // experts, or with sparse embeddings, that is at any step, for a few parameters at a time,
     // and it stops when every parameter has its state. Not what a batch keeps.
-    auto optimizer_state = [&](std::uint32_t stack) { return site_of(stack).second == Category::optimizer_state; };
+    auto optimizer_state = [&](std::uint32_t stack) { return site_of(stack, true).second == Category::optimizer_state; };
     for (auto& [path, list] : kept_by_path) {
       if (optimizer_state(path.first)) continue;
       const Times times = times_of(list);
@@ -349,7 +294,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     // by equal steps.
     std::unordered_map<std::uint32_t, Times> allocs_of;
     for (const auto& e : made) {
-      if (has_frames(rank, e.stack) && !optimizer_state(e.stack)) allocs_of.try_emplace(e.stack);
+      if (has_frames(rank, e.stack_id) && !optimizer_state(e.stack_id)) allocs_of.try_emplace(e.stack_id);
     }
     if (!allocs_of.empty()) {
       for (const Event& e : w.events) {
@@ -375,7 +320,7 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, Apply& apply, Re
     }
     s.retained_per_batch = total;
     // Without a stack anywhere there is no code path to tell a regrown tensor by.
-    s.growth_regrown |= std::none_of(made.begin(), made.end(), [&](const auto& e) { return has_frames(rank, e.stack); });
+    s.growth_regrown |= std::none_of(made.begin(), made.end(), [&](const auto& e) { return has_frames(rank, e.stack_id); });
   }
 }
 
@@ -390,99 +335,70 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
   s.oom = w.oom;
   s.status = w.status;
 
-  const Action free_at = free_action(w);
-
-  struct Live {
-    std::uint64_t size;
-    std::uint32_t stack;
-    bool from_start;
-    std::int64_t time_ns;  // of the alloc (from_start: when the window opened)
-  };
-  FlatMap<Live> live, segs;
-  std::uint64_t allocated = 0, reserved = 0;
-  auto reset = [&] {
-    live.clear();
-    segs.clear();
-    allocated = reserved = 0;
-    for (const auto& a : w.live_at_start) {
-      auto& target = a.is_segment ? segs : live;
-      auto [it, inserted] = target.try_emplace(live_key(a.device, a.addr), Live{a.size, a.stack_id, true, w.open_time_ns});
-      if (!inserted) continue;  // the first of a duplicated key counts
-      (a.is_segment ? reserved : allocated) += a.size;
-    }
-  };
-  auto apply = [&](const Event& e) {
-    const auto key = live_key(e.device, e.addr);
-    if (e.action == Action::alloc) {
-      auto [l, inserted] = live.try_emplace(key, Live{e.size, e.stack_id, false, e.time_ns});
-      if (!inserted) {
-        allocated -= l->size;
-        *l = Live{e.size, e.stack_id, false, e.time_ns};
-      }
-      allocated += e.size;
-    } else if (e.action == free_at) {
-      if (const Live* l = live.find(key)) {
-        allocated -= l->size;
-        live.erase(key);
-      }
-    } else if (e.action == Action::segment_alloc || e.action == Action::segment_map) {
-      auto [l, inserted] = segs.try_emplace(key, Live{e.size, e.stack_id, false, e.time_ns});
-      if (!inserted) {
-        reserved -= l->size;
-        *l = Live{e.size, e.stack_id, false, e.time_ns};
-      }
-      reserved += e.size;
-    } else if (e.action == Action::segment_free || e.action == Action::segment_unmap) {
-      if (const Live* l = segs.find(key)) {
-        reserved -= l->size;
-        segs.erase(key);
-      }
-    }
-  };
-
-  reset();
-  s.reserved_seen = !segs.empty();
-  s.live_at_open = allocated;
-  s.reserved_at_open = reserved;
-  s.peak_allocated = allocated;
-  s.peak_reserved = reserved;
+  WindowReplay replay(w);
+  s.reserved_seen = !replay.segments().empty();
+  s.live_at_open = replay.allocated();
+  s.reserved_at_open = replay.reserved();
+  s.peak_allocated = replay.allocated();
+  s.peak_reserved = replay.reserved();
   s.peak_allocated_time_ns = w.open_time_ns;
   s.peak_reserved_time_ns = w.open_time_ns;
-  std::uint64_t reserved_at_peak = reserved;
+  std::uint64_t reserved_at_peak = replay.reserved();
   std::ptrdiff_t peak_index = -1;  // events applied before the peak: [0, peak_index]
 
-  // Batch of each event, from the batch marks (sorted by time). Events before the first mark
-  // (a window that opened mid-batch) belong to no batch of the window.
-  std::vector<BatchMark> marks = w.batches;
-  std::sort(marks.begin(), marks.end(), [](const BatchMark& a, const BatchMark& b) { return a.time_ns < b.time_ns; });
-  std::size_t next_mark = 0;  // marks[0, next_mark) have begun
-  for (const auto& m : marks) s.batches.push_back(BatchStat{m.batch, allocated, allocated, allocated, allocated, {}, 0});
+  // Batch of each event, from the batch marks (by time). Events before the first mark (a window
+  // that opened mid-batch) belong to no batch of the window.
+  const std::vector<BatchMark>& marks = replay.marks();
+  for (const auto& m : marks) {
+    const std::uint64_t a = replay.allocated();
+    s.batches.push_back(BatchStat{m.batch, a, a, a, a, {}, 0});
+  }
   std::vector<std::ptrdiff_t> batch_peak_index(marks.size(), -1);  // -1: the level it began with
   std::vector<std::ptrdiff_t> batch_start_index(marks.size(), -1);  // events applied at its low point
-  auto batch_slot = [&](std::int64_t t, std::ptrdiff_t i) -> BatchStat* {
-    while (next_mark < marks.size() && marks[next_mark].time_ns <= t) {
-      BatchStat& b = s.batches[next_mark];
-      b.peak_allocated = b.live_at_end = b.live_at_start = b.min_allocated = allocated;
-      batch_start_index[next_mark] = i - 1;
-      batch_peak_index[next_mark] = i - 1;
-      ++next_mark;
-    }
-    return next_mark == 0 ? nullptr : &s.batches[next_mark - 1];
+  std::ptrdiff_t oom_index = -1;                                     // the window's first OOM event
+  bool oom_pending = false;                                          // an OOM with no allocation after it yet
+  std::vector<std::pair<std::size_t, std::uint32_t>> oom_batch_stack;  // (batch, stack of its OOM)
+  // A batch begins with the level before the event it begins before (`i`: that event's index).
+  auto begin_batch = [&](std::size_t m, std::ptrdiff_t i) {
+    BatchStat& b = s.batches[m];
+    b.peak_allocated = b.live_at_end = b.live_at_start = b.min_allocated = replay.allocated();
+    batch_start_index[m] = i - 1;
+    batch_peak_index[m] = i - 1;
   };
 
-  for (std::size_t i = 0; i < w.events.size(); ++i) {
-    const Event& e = w.events[i];
-    BatchStat* b = batch_slot(e.time_ns, static_cast<std::ptrdiff_t>(i));
+  while (!replay.done()) {
+    const auto i = static_cast<std::ptrdiff_t>(replay.applied());
+    for (std::ptrdiff_t m; (m = replay.begin_mark()) >= 0;) begin_batch(static_cast<std::size_t>(m), i);
+    const std::size_t current = replay.marks_begun();  // its batch + 1; 0: none
+    BatchStat* b = current == 0 ? nullptr : &s.batches[current - 1];
+    const Event& e = w.events[static_cast<std::size_t>(i)];
     if (is_segment_action(e.action)) s.reserved_seen = true;
     if (e.action == Action::oom) {
+      if (oom_index < 0) {  // the window's first OOM
+        s.oom_requested = e.size;
+        s.live_at_oom = replay.allocated();
+        oom_index = i;
+      }
       s.oom = true;
-      s.oom_requested = e.size;
+      if (b != nullptr && !b->oom) {
+        b->oom = true;
+        b->oom_requested = e.size;
+        b->live_at_oom = replay.allocated();
+        oom_batch_stack.emplace_back(current - 1, e.stack_id);
+      }
+      oom_pending = true;
+    } else if (e.action == Action::alloc && oom_pending) {
+      // An allocation after the OOM: the job caught it and went on.
+      s.oom_went_on = true;
+      for (const auto& [ob, stack] : oom_batch_stack) s.batches[ob].oom_went_on = true;
+      oom_pending = false;
     }
-    apply(e);
+    replay.step();
+    const std::uint64_t allocated = replay.allocated(), reserved = replay.reserved();
     if (allocated > s.peak_allocated) {
       s.peak_allocated = allocated;
       s.peak_allocated_time_ns = e.time_ns;
-      peak_index = static_cast<std::ptrdiff_t>(i);
+      peak_index = i;
       reserved_at_peak = reserved;
     }
     if (reserved > s.peak_reserved) {
@@ -490,23 +406,22 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
       s.peak_reserved_time_ns = e.time_ns;
     }
     if (b != nullptr) {
-      if (allocated > b->peak_allocated) batch_peak_index[next_mark - 1] = static_cast<std::ptrdiff_t>(i);
-      if (allocated < b->min_allocated) batch_start_index[next_mark - 1] = static_cast<std::ptrdiff_t>(i);
+      if (allocated > b->peak_allocated) batch_peak_index[current - 1] = i;
+      if (allocated < b->min_allocated) batch_start_index[current - 1] = i;
       b->peak_allocated = std::max(b->peak_allocated, allocated);
       b->min_allocated = std::min(b->min_allocated, allocated);
       b->live_at_end = allocated;
     }
   }
   // Batches with no events after their start keep the level they started with.
-  for (std::size_t m = next_mark; m < s.batches.size(); ++m) {
-    s.batches[m].peak_allocated = s.batches[m].live_at_end = s.batches[m].live_at_start = s.batches[m].min_allocated = allocated;
-    batch_start_index[m] = batch_peak_index[m] = static_cast<std::ptrdiff_t>(w.events.size()) - 1;
+  for (std::ptrdiff_t m; (m = replay.begin_remaining_mark()) >= 0;) {
+    begin_batch(static_cast<std::size_t>(m), static_cast<std::ptrdiff_t>(w.events.size()));
   }
-  s.live_at_close = allocated;
-  s.reserved_at_close = reserved;
-  std::vector<Live> made;  // allocated in the window, live at its end
-  live.for_each([&](std::uint64_t, const Live& l) {
-    if (l.from_start) s.persistent += l.size;
+  s.live_at_close = replay.allocated();
+  s.reserved_at_close = replay.reserved();
+  std::vector<LiveBlock> made;  // allocated in the window, live at its end
+  replay.live().for_each([&](std::uint64_t, const LiveBlock& l) {
+    if (!replay.made_in_window(l)) s.persistent += l.size;
     else made.push_back(l);
   });
   if (!s.reserved_seen) {
@@ -521,42 +436,56 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
   }
 
   // Second pass: what was live at the peak, by site.
-  reset();
-  for (std::ptrdiff_t i = 0; i <= peak_index; ++i) apply(w.events[static_cast<std::size_t>(i)]);
+  replay.restart();
+  while (static_cast<std::ptrdiff_t>(replay.applied()) <= peak_index) replay.step();
   std::unordered_map<std::uint32_t, std::pair<std::string, Category>> stack_site;  // memo per stack
-  auto site_of = [&](std::uint32_t stack) -> const std::pair<std::string, Category>& {
+  // Made in the window without frames where the window's allocations carry Python frames:
+  // the autograd engine's backward (analysis.hpp, kNoPythonFramesSite).
+  const bool python_window = python_frames_recorded(rank, w);
+  const std::pair<std::string, Category> engine_site{kNoPythonFramesSite, Category::gradients};
+  auto site_of = [&](std::uint32_t stack, bool made_in_window) -> const std::pair<std::string, Category>& {
+    if (made_without_python(rank, stack, made_in_window, python_window)) return engine_site;
     auto it = stack_site.find(stack);
     if (it == stack_site.end()) it = stack_site.emplace(stack, std::make_pair(site_name(rank, stack), categorize(rank, stack))).first;
     return it->second;
   };
   // Tallied by stack id first (one array slot per stack, every id out of range in the last),
   // then folded by site name in stack order: a name's representative stack is its smallest id.
+  // Allocations made without Python frames (made_without_python) take one more slot, the last.
   struct StackTally {
     std::uint64_t bytes_at_peak = 0, count_at_peak = 0, bytes_allocated = 0, allocations = 0;
     bool seen = false;
   };
   const std::size_t n_stacks = rank.stacks.size();
-  std::vector<StackTally> per_stack(n_stacks + 1);
-  auto stack_slot = [&](std::uint32_t id) -> StackTally& { return per_stack[id < n_stacks ? id : n_stacks]; };
-  live.for_each([&](std::uint64_t, const Live& l) {
-    StackTally& t = stack_slot(l.stack);
+  std::vector<StackTally> per_stack(n_stacks + 2);
+  std::uint32_t engine_stack = kNoStack;  // the stack id those allocations have (empty, or none)
+  auto stack_slot = [&](std::uint32_t id, bool made_in_window) -> StackTally& {
+    if (made_without_python(rank, id, made_in_window, python_window)) {
+      engine_stack = std::min(engine_stack, id);
+      return per_stack[n_stacks + 1];
+    }
+    return per_stack[id < n_stacks ? id : n_stacks];
+  };
+  replay.live().for_each([&](std::uint64_t, const LiveBlock& l) {
+    StackTally& t = stack_slot(l.stack_id, replay.made_in_window(l));
     t.bytes_at_peak += l.size;
     t.count_at_peak += 1;
     t.seen = true;
   });
   for (const auto& e : w.events) {
     if (e.action != Action::alloc) continue;
-    StackTally& t = stack_slot(e.stack_id);
+    StackTally& t = stack_slot(e.stack_id, true);
     t.bytes_allocated += e.size;
     t.allocations += 1;
     t.seen = true;
   }
   std::unordered_map<std::string, SiteStat> by_site;
-  for (std::size_t id = 0; id <= n_stacks; ++id) {
+  for (std::size_t id = 0; id <= n_stacks + 1; ++id) {
     const StackTally& t = per_stack[id];
     if (!t.seen) continue;
-    const auto stack = id < n_stacks ? static_cast<std::uint32_t>(id) : kNoStack;
-    const auto& [name, category] = site_of(stack);
+    const bool engine = id == n_stacks + 1;
+    const auto stack = id < n_stacks ? static_cast<std::uint32_t>(id) : engine ? engine_stack : kNoStack;
+    const auto& [name, category] = site_of(stack, engine);
     SiteStat& site = by_site[name];
     if (site.name.empty()) {
       site.name = name;
@@ -569,7 +498,13 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     site.allocations += t.allocations;
     s.category_bytes_at_peak[static_cast<int>(category)] += t.bytes_at_peak;
   }
-  batch_sites(rank, w, apply, reset, live, site_of, batch_start_index, batch_peak_index, made, options.top_sites, s);
+  batch_sites(rank, w, replay, site_of, batch_start_index, batch_peak_index, made, options.top_sites, s);
+  // Where an allocation failed: the OOM's own stack, else what its batch's peak holds more of.
+  for (const auto& [b, stack] : oom_batch_stack) {
+    BatchStat& bs = s.batches[b];
+    bs.oom_site = has_frames(rank, stack) ? site_of(stack, true).first : bs.peak_site;
+    if (s.oom_site.empty()) s.oom_site = bs.oom_site;
+  }
   for (auto& [name, site] : by_site) s.sites.push_back(std::move(site));
   std::sort(s.sites.begin(), s.sites.end(), [](const SiteStat& a, const SiteStat& b) {
     return a.bytes_at_peak != b.bytes_at_peak ? a.bytes_at_peak > b.bytes_at_peak : a.name < b.name;

@@ -12,14 +12,13 @@
 
 #include "memsnap/analysis.hpp"
 #include "memsnap/numeric.hpp"
+#include "memsnap/window_replay.hpp"
+#include "text.hpp"
 
 namespace memsnap {
 namespace {
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using text::lower;
 
 std::optional<std::int64_t> trailing_number(const std::string& s) {
   std::size_t begin = s.size();
@@ -46,32 +45,14 @@ double gap_cv(const std::vector<double>& pos, double* mean_gap = nullptr) {
 
 // Allocated bytes just before each event (index i) and after the last (index n).
 std::vector<std::uint64_t> levels_before(const WindowRecord& w) {
-  const Action free_at = free_action(w);
-  std::unordered_map<std::uint64_t, std::uint64_t> live;
-  std::uint64_t level = 0;
-  for (const auto& a : w.live_at_start) {
-    if (!a.is_segment && live.emplace(live_key(a.device, a.addr), a.size).second) level += a.size;
-  }
+  WindowReplay replay(w);
   std::vector<std::uint64_t> out;
   out.reserve(w.events.size() + 1);
-  for (const Event& e : w.events) {
-    out.push_back(level);
-    const auto key = live_key(e.device, e.addr);
-    if (e.action == Action::alloc) {
-      auto [it, inserted] = live.try_emplace(key, e.size);
-      if (!inserted) {
-        level -= it->second;
-        it->second = e.size;
-      }
-      level += e.size;
-    } else if (e.action == free_at) {
-      if (auto it = live.find(key); it != live.end()) {
-        level -= it->second;
-        live.erase(it);
-      }
-    }
+  while (!replay.done()) {
+    out.push_back(replay.allocated());
+    replay.step();
   }
-  out.push_back(level);
+  out.push_back(replay.allocated());
   return out;
 }
 
@@ -272,6 +253,16 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
   }
 
   const auto level = levels_before(w);
+  // OOM events the job went on past (an allocation follows): each ends a batch (see finish).
+  std::vector<std::size_t> caught_ooms;
+  for (std::size_t i = 0, pending = SIZE_MAX; i < w.events.size(); ++i) {
+    if (w.events[i].action == Action::oom) {
+      if (pending == SIZE_MAX) pending = i;
+    } else if (w.events[i].action == Action::alloc && pending != SIZE_MAX) {
+      caught_ooms.push_back(pending);
+      pending = SIZE_MAX;
+    }
+  }
   // Anchors that end a batch however their batches' lengths vary (torch.optim's steps), spaced
   // too unevenly in events for one offset to fit them all (a recompilation's thousands of
   // allocations inside one batch): each boundary goes to the lowest level from its anchor to
@@ -339,6 +330,19 @@ InferredBatches infer_batches(const RankRecord& rank, const WindowRecord& w, con
       std::vector<double> gaps;
       for (std::size_t i = 1; i < pos.size(); ++i) gaps.push_back(pos[i] - pos[i - 1]);
       period = std::min(period, upper_median(std::move(gaps)));
+    }
+    // A caught OOM ends its batch: torch raised, the loop dropped what the batch held and began
+    // the next one, and the batch's anchor never came (its optimizer step never ran). Its end is
+    // the first lowest level after the OOM before the next boundary, where at least half a
+    // batch's events follow (a loop that steps anyway after catching it has only its step there).
+    for (std::size_t o : caught_ooms) {
+      const auto next = std::upper_bound(bounds.begin(), bounds.end(), o);
+      const std::size_t hi = next == bounds.end() ? n : *next;
+      if (hi < o + 2) continue;
+      const std::size_t cut = first_lowest(level, o + 1, hi - 1);
+      if (static_cast<double>(hi - cut) < std::max(1.0, period / 2)) continue;
+      bounds.insert(std::upper_bound(bounds.begin(), bounds.end(), cut), cut);
+      detail += "; a batch ends at the OOM its loop caught";
     }
     // The window opened at a batch start when it opened as low as the batches' low points.
     if (!bounds.empty() && bounds.front() > 0 && static_cast<double>(bounds.front()) >= period / 2) {

@@ -4,9 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memsnap/aggregate.hpp"
 #include "memsnap/analysis.hpp"
 #include "memsnap/interop.hpp"
 #include "memsnap/store.hpp"
+#include "memsnap/version.hpp"
+#include "memsnap/window_replay.hpp"
+#include "output_guard.hpp"
 #include "torch/snapshot.hpp"
 
 namespace memsnap {
@@ -20,20 +24,11 @@ std::string chrome_trace(const RankRecord& rec, const WindowRecord& w) {
   json events = json::array();
   const double t0 = static_cast<double>(w.open_time_ns);
   auto us = [&](std::int64_t t) { return (static_cast<double>(t) - t0) / 1000.0; };
-  const Action free_at = free_action(w);
-  std::unordered_map<std::uint64_t, std::uint64_t> live, segs;
-  std::uint64_t allocated = 0, reserved = 0;
-  for (const auto& a : w.live_at_start) {
-    if (a.is_segment) {
-      if (segs.emplace(live_key(a.device, a.addr), a.size).second) reserved += a.size;
-    } else if (live.emplace(live_key(a.device, a.addr), a.size).second) {
-      allocated += a.size;
-    }
-  }
-  const bool has_segments = reserved > 0 || std::any_of(w.events.begin(), w.events.end(), [](const Event& e) { return is_segment_action(e.action); });
+  WindowReplay replay(w);
+  const bool has_segments = replay.reserved() > 0 || std::any_of(w.events.begin(), w.events.end(), [](const Event& e) { return is_segment_action(e.action); });
   auto counter = [&](std::int64_t t) {
-    json args = {{"allocated", allocated}};
-    if (has_segments) args["reserved"] = reserved;
+    json args = {{"allocated", replay.allocated()}};
+    if (has_segments) args["reserved"] = replay.reserved();
     events.push_back({{"name", "memory"}, {"ph", "C"}, {"ts", us(t)}, {"pid", rec.meta.rank}, {"tid", 0}, {"args", args}});
   };
   counter(w.open_time_ns);
@@ -41,45 +36,26 @@ std::string chrome_trace(const RankRecord& rec, const WindowRecord& w) {
     events.push_back({{"name", "batch " + std::to_string(b.batch)}, {"ph", "i"}, {"s", "g"}, {"ts", us(b.time_ns)},
                       {"pid", rec.meta.rank}, {"tid", 0}});
   }
-  for (const auto& e : w.events) {
-    const auto key = live_key(e.device, e.addr);
-    switch (e.action) {
-      case Action::alloc:
-        if (auto it = live.find(key); it != live.end()) allocated -= it->second;
-        live[key] = e.size;
-        allocated += e.size;
-        break;
-      case Action::segment_alloc:
-      case Action::segment_map:
-        if (segs.emplace(key, e.size).second) reserved += e.size;
-        break;
-      case Action::segment_free:
-      case Action::segment_unmap:
-        if (auto it = segs.find(key); it != segs.end()) {
-          reserved -= it->second;
-          segs.erase(it);
-        }
-        break;
-      case Action::oom:
-        events.push_back({{"name", "OOM"}, {"ph", "i"}, {"s", "p"}, {"ts", us(e.time_ns)}, {"pid", rec.meta.rank}, {"tid", 0},
-                          {"args", {{"requested", e.size}, {"device_free", e.addr}}}});
-        continue;
-      default:
-        if (e.action == free_at) {
-          if (auto it = live.find(key); it != live.end()) {
-            allocated -= it->second;
-            live.erase(it);
-          }
-          break;
-        }
-        continue;
+  while (!replay.done()) {
+    const Event& e = w.events[replay.applied()];
+    const ReplayStep step = replay.step();
+    if (step.kind == ReplayStep::oom) {
+      events.push_back({{"name", "OOM"}, {"ph", "i"}, {"s", "p"}, {"ts", us(e.time_ns)}, {"pid", rec.meta.rank}, {"tid", 0},
+                        {"args", {{"requested", e.size}, {"device_free", e.addr}}}});
+      continue;
     }
-    counter(e.time_ns);
+    if (step.kind != ReplayStep::none) counter(e.time_ns);
   }
   json meta = json::array({{{"name", "process_name"}, {"ph", "M"}, {"pid", rec.meta.rank},
                             {"args", {{"name", "rank " + std::to_string(rec.meta.rank) + " (" + rec.meta.host + ")"}}}}});
   for (auto& e : events) meta.push_back(std::move(e));
-  return json{{"traceEvents", meta}, {"displayTimeUnit", "ms"}}.dump() + "\n";
+  // otherData marks the file as memsnap's export (output_guard.hpp: kExportChromePrefix), so a
+  // later export may replace it; trace viewers show it as metadata.
+  return json{{"traceEvents", meta},
+              {"displayTimeUnit", "ms"},
+              {"otherData", {{"producer", "memsnap export"}, {"version", kVersion}}}}
+             .dump() +
+         "\n";
 }
 
 }  // namespace
@@ -90,9 +66,10 @@ int export_main(const ExportCliOptions& o) {
       std::cerr << "memsnap export: --format must be torch or chrome, not '" << o.format << "'\n";
       return 2;
     }
-    std::error_code ec;
-    if (std::filesystem::exists(o.output, ec) && !o.overwrite) {
-      std::cerr << "memsnap export: " << o.output.string() << " exists; pass --overwrite to replace it\n";
+    // Only a file memsnap exported is ever replaced, and only with --overwrite.
+    if (const std::string refusal = output_refusal(inspect_export_output(o.output), o.overwrite, "it");
+        !refusal.empty()) {
+      std::cerr << "memsnap export: " << refusal << "\n";
       return 1;
     }
     StoreReader store(o.store);
@@ -104,7 +81,7 @@ int export_main(const ExportCliOptions& o) {
     if (index == rec.windows.size()) {
       std::string have;
       for (const auto& w : rec.windows) have += (have.empty() ? "" : ", ") + std::to_string(w.batch_end);
-      std::cerr << "memsnap export: rank " << o.rank << " has no window ending at batch " << o.batch
+      std::cerr << "memsnap export: " << o.store.string() << ": rank " << o.rank << " has no window ending at batch " << o.batch
                 << (have.empty() ? " (it recorded none)" : " (it has: " + have + ")") << "\n";
       return 1;
     }
@@ -124,15 +101,19 @@ int export_main(const ExportCliOptions& o) {
     } else {
       bytes = chrome_trace(rec, rec.windows[index]);
     }
-    const auto tmp = o.output.string() + ".partial";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      if (!out) throw std::runtime_error("cannot write " + tmp);
+    if (o.format == "torch") bytes += kExportTorchTrailer;  // after STOP: marks the file as memsnap's
+    if (const std::string error = write_export_file(o.output, bytes, o.overwrite); !error.empty()) {
+      std::cerr << "memsnap export: " << error << "\n";
+      return 1;
     }
-    std::filesystem::rename(tmp, o.output);
     std::cout << "memsnap export: rank " << o.rank << " batch " << o.batch << " -> " << o.output.string() << " ("
-              << o.format << ", " << bytes.size() << " bytes)\n";
+              << o.format << ", " << human_bytes(bytes.size()) << ")\n";
+    if (o.format == "torch") {
+      std::cout << "  next: python -m torch.cuda._memory_viz trace_plot " << o.output.string()
+                << " -o trace.html, or drop it on https://pytorch.org/memory_viz\n";
+    } else {
+      std::cout << "  next: open it in https://ui.perfetto.dev or chrome://tracing\n";
+    }
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "memsnap export: " << e.what() << "\n";

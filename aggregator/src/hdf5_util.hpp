@@ -13,6 +13,7 @@
 #include <iostream>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -249,27 +250,19 @@ inline std::string read_attr_string(hid_t loc, const char* name, const std::stri
   return std::string(buf.data(), strnlen(buf.data(), buf.size()));
 }
 
-inline std::int64_t read_attr_int(hid_t loc, const char* name, const std::string& context) {
+/// One numeric attribute as T (std::int64_t, std::uint64_t or double), converted by HDF5 from
+/// whatever numeric type it was written with.
+template <class T>
+T read_attr(hid_t loc, const char* name, const std::string& context) {
+  static_assert(std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t> || std::is_same_v<T, double>,
+                "read_attr reads int64, uint64 or double");
+  hid_t mem_type = H5T_NATIVE_DOUBLE;
+  if constexpr (std::is_same_v<T, std::int64_t>) mem_type = H5T_NATIVE_INT64;
+  if constexpr (std::is_same_v<T, std::uint64_t>) mem_type = H5T_NATIVE_UINT64;
   Handle attr = attr_handle(H5Aopen(loc, name, H5P_DEFAULT), context + ": no attribute " + name);
   require_single_value(attr, name, context);
-  std::int64_t v = 0;
-  check_status(H5Aread(attr, H5T_NATIVE_INT64, &v), context + ": cannot read attribute " + name);
-  return v;
-}
-
-inline std::uint64_t read_attr_uint(hid_t loc, const char* name, const std::string& context) {
-  Handle attr = attr_handle(H5Aopen(loc, name, H5P_DEFAULT), context + ": no attribute " + name);
-  require_single_value(attr, name, context);
-  std::uint64_t v = 0;
-  check_status(H5Aread(attr, H5T_NATIVE_UINT64, &v), context + ": cannot read attribute " + name);
-  return v;
-}
-
-inline double read_attr_double(hid_t loc, const char* name, const std::string& context) {
-  Handle attr = attr_handle(H5Aopen(loc, name, H5P_DEFAULT), context + ": no attribute " + name);
-  require_single_value(attr, name, context);
-  double v = 0;
-  check_status(H5Aread(attr, H5T_NATIVE_DOUBLE, &v), context + ": cannot read attribute " + name);
+  T v{};
+  check_status(H5Aread(attr, mem_type, &v), context + ": cannot read attribute " + name);
   return v;
 }
 

@@ -7,16 +7,22 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <random>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
 #include "memsnap/interop.hpp"
+#include "memsnap/mpi.hpp"
 #include "memsnap/spill.hpp"
-#include "mpi_util.hpp"
+#include "output_guard.hpp"
+#include "progress.hpp"
 #include "torch/snapshot.hpp"
 
 namespace memsnap {
@@ -109,6 +115,42 @@ std::optional<std::pair<int, std::int64_t>> parse_rank_batch(const std::string& 
   }
 }
 
+namespace {
+
+constexpr int kImportProgressTag = 7782;
+
+/// A pickle left out under --keep-going: its rank and why, sent to rank 0 for the summary.
+struct LeftOut {
+  int rank = 0;
+  std::string file;
+  std::string why;
+};
+
+std::vector<char> to_lines(const std::vector<LeftOut>& left) {
+  std::string text;
+  for (const auto& l : left) text += std::to_string(l.rank) + "\t" + l.file + "\t" + l.why + "\n";
+  return {text.begin(), text.end()};
+}
+
+std::vector<LeftOut> from_lines(const std::vector<std::vector<char>>& all) {
+  std::vector<LeftOut> out;
+  for (const auto& bytes : all) {
+    std::istringstream in(std::string(bytes.begin(), bytes.end()));
+    for (std::string line; std::getline(in, line);) {
+      const auto t1 = line.find('\t'), t2 = line.find('\t', t1 + 1);
+      if (t1 == std::string::npos || t2 == std::string::npos) continue;
+      out.push_back(LeftOut{std::atoi(line.substr(0, t1).c_str()), line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)});
+    }
+  }
+  return out;
+}
+
+std::string plural(std::size_t n, const std::string& thing) {
+  return std::to_string(n) + " " + thing + (n == 1 ? "" : "s");
+}
+
+}  // namespace
+
 int import_main(const ImportCliOptions& o) {
   std::unique_ptr<mpi::World> mpi_world;
   try {
@@ -142,6 +184,7 @@ int import_main(const ImportCliOptions& o) {
     }
   }
   std::map<int, std::vector<std::pair<std::int64_t, fs::path>>> by_rank;
+  std::map<std::pair<int, std::int64_t>, fs::path> seen;
   for (const auto& p : o.pickles) {
     std::pair<int, std::int64_t> rb;
     if (o.rank) {
@@ -152,6 +195,15 @@ int import_main(const ImportCliOptions& o) {
       return fail(p.string() + ": the name does not fit the template '" + o.name_template +
                   "' (give --template, e.g. 'snap_rank{rank}_step{batch}', or --rank and --batch)");
     }
+    // One window per rank and batch: the same file twice, or two files of one window, is refused
+    // here, before any work.
+    if (auto [it, fresh] = seen.emplace(rb, p); !fresh) {
+      std::error_code ec;
+      const bool same = it->second == p || fs::equivalent(it->second, p, ec);
+      return fail(same ? p.string() + " is given twice"
+                       : it->second.string() + " and " + p.string() + " are both rank " + std::to_string(rb.first) +
+                             ", batch " + std::to_string(rb.second) + " (one snapshot per rank and batch)");
+    }
     by_rank[rb.first].emplace_back(rb.second, p);
   }
   int world = o.world_size;
@@ -159,9 +211,14 @@ int import_main(const ImportCliOptions& o) {
   if (!by_rank.empty() && by_rank.rbegin()->first >= world) {
     return fail("rank " + std::to_string(by_rank.rbegin()->first) + " is beyond --world-size " + std::to_string(world));
   }
-  std::error_code ec;
-  if (!o.overwrite && (fs::exists(o.output, ec) || fs::exists(store_data_dir(o.output), ec))) {
-    return fail(o.output.string() + " already exists (use --overwrite to replace it)");
+  // Only a store memsnap wrote is ever replaced, and only with --overwrite: checked before any work.
+  {
+    std::string refusal;
+    if (root) {
+      refusal = output_refusal(inspect_store_output(o.output), o.overwrite,
+                               "it and its data folder " + store_data_dir(o.output).filename().string());
+    }
+    if (const std::string first = mpi::agree_on_error(*comm, refusal); !first.empty()) return fail(first);
   }
   const std::string run_name = !o.run_name.empty() ? o.run_name : o.output.stem().string();
 
@@ -179,77 +236,146 @@ int import_main(const ImportCliOptions& o) {
 
   // Each aggregator rank converts its share of ranks; failures are agreed on collectively.
   std::string error;
+  std::error_code ec;
   if (root) {
     fs::create_directories(spill_dir, ec);
-    if (ec) error = "cannot create " + spill_dir.string() + ": " + ec.message();
+    if (ec) error = fs::absolute(o.output).parent_path().string() + ": cannot write the store in this folder: " + ec.message();
   }
-  MPI_Barrier(comm->get());
+  if (const std::string first = mpi::agree_on_error(*comm, error); !first.empty()) {
+    if (root) fs::remove_all(work, ec);
+    return fail(first);
+  }
+  std::size_t my_pickles = 0;
+  {
+    int index = 0;
+    for (const auto& [rank, files] : by_rank) {
+      if (index++ % comm->size() == comm->rank()) my_pickles += files.size();
+    }
+  }
+  Progress progress(*comm, Progress::wanted(), o.pickles.size(), "memsnap import", "snapshots read",
+                    kImportProgressTag);
+  std::size_t processed = 0;
+  std::vector<LeftOut> left_out;
   int index = 0;
-  for (auto& [rank, files] : by_rank) {
-    if (index++ % comm->size() != comm->rank() || !error.empty()) continue;
-    std::sort(files.begin(), files.end());
-    RankRecord merged;
-    bool first = true;
-    bool bad = false;
-    for (std::size_t fi = 0; fi < files.size(); ++fi) {
-      const auto& [batch, path] = files[fi];
-      try {
-        torch::ImportOptions io;
-        io.rank = rank;
-        io.world_size = world;
-        io.batch = batch;
-        // Batches in the window: --interval, else the distance to the rank's neighbouring window
-        // (Composer's repeated windows are `interval` batches apart), else unknown.
-        io.expected_batches = interval;
-        if (io.expected_batches == 0 && files.size() > 1) {
-          const std::int64_t gap = fi > 0 ? batch - files[fi - 1].first : files[1].first - batch;
-          if (gap > 0 && gap <= 100000) io.expected_batches = static_cast<int>(gap);
+  try {
+    for (auto& [rank, files] : by_rank) {
+      if (index++ % comm->size() != comm->rank() || !error.empty()) continue;
+      std::sort(files.begin(), files.end());
+      RankRecord merged;
+      bool first = true;
+      for (std::size_t fi = 0; fi < files.size(); ++fi) {
+        const auto& [batch, path] = files[fi];
+        try {
+          torch::ImportOptions io;
+          io.rank = rank;
+          io.world_size = world;
+          io.batch = batch;
+          // Batches in the window: --interval, else the distance to the rank's neighbouring window
+          // (Composer's repeated windows are `interval` batches apart), else unknown.
+          io.expected_batches = interval;
+          if (io.expected_batches == 0 && files.size() > 1) {
+            const std::int64_t gap = fi > 0 ? batch - files[fi - 1].first : files[1].first - batch;
+            if (gap > 0 && gap <= 100000) io.expected_batches = static_cast<int>(gap);
+          }
+          io.run_name = run_name;
+          torch::ImportResult r = torch::import_snapshot_file(path.string(), io);
+          // What the record has no place for travels with the window, so that export gives the
+          // pickle back.
+          for (auto& w : r.record.windows) w.source_extras = r.extras.dump();
+          if (first) {
+            merged.meta = r.record.meta;
+            merged.meta.world_size = world;
+            merged.meta.run_name = run_name;
+            first = false;
+          }
+          merge_into(merged, std::move(r.record));
+        } catch (const std::exception& e) {
+          if (!o.keep_going) {
+            error = e.what();
+            break;
+          }
+          std::cerr << "memsnap import: warning: " << e.what() << " (left out: --keep-going)\n";
+          left_out.push_back(LeftOut{rank, path.string(), e.what()});
         }
-        io.run_name = run_name;
-        torch::ImportResult r = torch::import_snapshot_file(path.string(), io);
-        // What the record has no place for travels with the window, so that export gives the
-        // pickle back.
-        for (auto& w : r.record.windows) w.source_extras = r.extras.dump();
-        if (first) {
-          merged.meta = r.record.meta;
-          merged.meta.world_size = world;
-          merged.meta.run_name = run_name;
-          first = false;
-        }
-        merge_into(merged, std::move(r.record));
-      } catch (const std::exception& e) {
-        if (!o.keep_going) {
-          error = e.what();
-          break;
-        }
-        std::cerr << "memsnap import: " << e.what() << " (left out: --keep-going)\n";
-        bad = true;
+        ++processed;
+        progress.add(1);
+      }
+      if (!error.empty() || first) continue;  // nothing readable: the rank comes out missing
+      std::string werr;
+      if (!write_spill(merged, spill_dir / spill_file_name(rank, merged.meta.pid), werr)) {
+        // Named as the user sees it: the store's folder, not memsnap's working folder in it.
+        const auto colon = werr.rfind(": ");
+        error = fs::absolute(o.output).parent_path().string() + ": cannot write rank " + std::to_string(rank) +
+                "'s converted snapshots there" + (colon == std::string::npos ? "" : werr.substr(colon));
       }
     }
-    if (!error.empty() || first) continue;  // nothing readable: the rank comes out missing
-    (void)bad;
-    std::string werr;
-    if (!write_spill(merged, spill_dir / spill_file_name(rank, merged.meta.pid), werr)) error = werr;
+  } catch (const std::exception& e) {
+    if (error.empty()) error = e.what();
   }
+  progress.add(my_pickles - processed);  // what an error skipped, so that rank 0 stops waiting
+  progress.finish();
   int code = 0;
   if (const std::string first = mpi::agree_on_error(*comm, error); !first.empty()) {
     if (root) std::cerr << "memsnap import: " << first << "\n";
     code = 1;
   } else {
+    const std::vector<LeftOut> all_left = from_lines(mpi::gather_bytes(*comm, to_lines(left_out), 0));
+    std::string none_read;
+    if (root && all_left.size() == o.pickles.size()) {
+      none_read = o.pickles.size() == 1 ? "the snapshot could not be read; nothing was written"
+                                        : "none of the " + std::to_string(o.pickles.size()) +
+                                              " snapshots could be read; nothing was written";
+    }
+    if (const std::string first = mpi::agree_on_error(*comm, none_read); !first.empty()) {
+      MPI_Barrier(comm->get());
+      if (root) fs::remove_all(work, ec);
+      return fail(first);
+    }
     AggregateOptions ao;
     ao.run_dir = work;
     ao.output = o.output;
     ao.overwrite = o.overwrite;
     ao.keep_going = o.keep_going || world > static_cast<int>(by_rank.size());
+    ao.verb = "memsnap import";
+    ao.progress = Progress::wanted();
+    std::ostringstream warnings;
+    ao.log = &warnings;
+    AggregateDone done;
+    ao.done = &done;
     try {
       aggregate(ao, comm->get());
       if (root) {
-        std::cout << "memsnap import: " << o.pickles.size() << " snapshot(s) of " << by_rank.size() << " rank(s) -> "
-                  << o.output.string() << "\n";
+        // A rank whose every pickle was left out comes out missing: its pickles' lines said why.
+        std::set<int> explained;
+        for (const auto& l : all_left) explained.insert(l.rank);
+        std::istringstream in(warnings.str());
+        for (std::string line; std::getline(in, line);) {
+          const std::string tag = "memsnap import: warning: rank ";
+          if (line.rfind(tag, 0) == 0 && explained.count(std::atoi(line.c_str() + tag.size())) &&
+              line.find(": missing: no spill file") != std::string::npos) {
+            continue;
+          }
+          std::cerr << line << "\n";
+        }
+        const std::size_t total = o.pickles.size();
+        std::cout << "memsnap import: ";
+        if (all_left.empty()) {
+          std::cout << plural(total, "snapshot") << " read";
+        } else {
+          std::cout << total - all_left.size() << " of " << plural(total, "snapshot") << " read (" << all_left.size()
+                    << " left out:";
+          for (std::size_t i = 0; i < all_left.size() && i < 3; ++i) std::cout << " " << all_left[i].file;
+          if (all_left.size() > 3) std::cout << " ...";
+          std::cout << ")";
+        }
+        std::cout << ", " << plural(static_cast<std::size_t>(done.ranks), "rank") << ", "
+                  << plural(done.windows, "window") << " -> " << o.output.string() << "\n";
         print_batch_methods(o.output, std::cout);
+        std::cout << "  next: memsnap report " << o.output.string() << "\n";
       }
     } catch (const AggregateError& e) {
       if (root) {
+        std::cerr << warnings.str();
         std::cerr << "memsnap import: " << e.what() << "\n";
         for (const auto& d : e.details()) std::cerr << "  " << d << "\n";
       }

@@ -1,4 +1,5 @@
-// `memsnap info`: a store or a spill folder summarised, as a table or as stable JSON.
+// `memsnap info`: a store or a spill folder summarised, as a table or as stable JSON, with the
+// findings (the store's /findings; a spill folder's computed as `memsnap aggregate` would).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -6,6 +7,8 @@
 
 #include "aggregate_item.hpp"
 #include "memsnap/aggregate.hpp"
+#include "memsnap/findings.hpp"
+#include "memsnap/numeric.hpp"
 #include "memsnap/spill.hpp"
 #include "memsnap/version.hpp"
 
@@ -81,27 +84,16 @@ nlohmann::json spill_info_json(const std::filesystem::path& run_dir) {
   if (spills.empty()) throw Error(run_dir.string() + ": no spill files (looked for spill/*.spill and *.spill)");
   std::vector<ItemResult> items;
   ProcessOptions po;  // analyse only
-  for (std::uint32_t i = 0; i < spills.size(); ++i) {
-    ItemResult it = process_item(ItemInput{i, spills[i], nullptr}, po);
-    it.sites.clear();
-    items.push_back(std::move(it));
-  }
+  for (std::uint32_t i = 0; i < spills.size(); ++i) items.push_back(process_item(ItemInput{i, spills[i], nullptr}, po));
   Resolution res = resolve(std::move(items), "");
-  return info_json(res.run_name, res.world_size, res.ranks, res.rows);
-}
-
-std::string human_bytes(std::uint64_t bytes) {
-  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 5) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : (v < 100 ? "%.1f %s" : "%.0f %s"), v, units[u]);
-  return buf;
+  StoreInfo run;
+  run.run_name = res.run_name;
+  run.world_size = res.world_size;
+  run.ranks = res.ranks;
+  run.rows = res.rows;
+  nlohmann::json j = info_json(res.run_name, res.world_size, res.ranks, res.rows);
+  j["findings"] = findings_json(compute_findings(run, res.sites, res.digest.windows_grouped()));
+  return j;
 }
 
 void print_info_table(const nlohmann::json& info, std::ostream& out) {
@@ -153,6 +145,11 @@ void print_info_table(const nlohmann::json& info, std::ostream& out) {
     out << line << "\n";
   }
   for (const auto& n : notes) out << n << "\n";
+  if (info.contains("findings") && !info["findings"].empty()) {
+    const auto& found = info["findings"];
+    out << found.size() << (found.size() == 1 ? " finding:\n" : " findings:\n");
+    for (const auto& f : found) out << "  " << f.value("kind", "") << ": " << f.value("detail", "") << "\n";
+  }
 }
 
 int info_main(const std::string& path, bool json, std::ostream& out) {
@@ -163,11 +160,13 @@ int info_main(const std::string& path, bool json, std::ostream& out) {
     if (fs::is_directory(p, ec)) {
       if (find_spills(p).empty() && fs::is_regular_file(p / kDefaultStoreName, ec)) {
         info = store_info_json(StoreReader(p / kDefaultStoreName));
+        info["findings"] = findings_json(read_findings(p / kDefaultStoreName));
       } else {
         info = spill_info_json(p);
       }
     } else if (fs::exists(p, ec)) {
       info = store_info_json(StoreReader(p));
+      info["findings"] = findings_json(read_findings(p));
     } else {
       throw Error(path + ": no such file or folder");
     }

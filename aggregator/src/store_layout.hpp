@@ -1,7 +1,8 @@
 // The store's on-disk types, made from the field tables (memsnap/record_fields.hpp,
 // memsnap/store_rows.hpp) and shared by store_writer.cpp and store_reader.cpp: HDF5 compound
 // types for the bulk records (which map the in-memory structs one to one, so HDF5 converts
-// nothing) and packing for the index tables (whose string widths fit the longest value written).
+// nothing), packing for the index tables (whose string widths fit the longest value written) and
+// the attributes of /rank/<r>.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstddef>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "hdf5_util.hpp"
@@ -52,14 +54,6 @@ inline Handle compound(std::size_t size) {
 }
 
 // --- types of the fields in the tables --------------------------------------------------------
-
-template <class T>
-struct IsStdArray : std::false_type {};
-template <class T, std::size_t N>
-struct IsStdArray<std::array<T, N>> : std::true_type {
-  using Item = T;
-  static constexpr std::size_t size = N;
-};
 
 /// The HDF5 type of a fixed-size field (not a string): bool is a u8 holding 0 or 1.
 template <class T>
@@ -194,7 +188,7 @@ void for_each_column(Row& row, F&& f) {
     if (!field.stored) return;
     auto& v = row.*field.member;
     using M = std::decay_t<decltype(v)>;
-    if constexpr (IsStdArray<M>::value) {
+    if constexpr (codec_detail::IsStdArray<M>::value) {
       for (std::size_t i = 0; i < v.size(); ++i) {
         f(field.element_name ? field.element_name(static_cast<int>(i)) : field.name + std::to_string(i), v[i], field.since);
       }
@@ -322,6 +316,106 @@ inline std::vector<std::string> unpack_strings(const std::vector<std::uint8_t>& 
     out.emplace_back(reinterpret_cast<const char*>(blob.data()) + offsets[i], offsets[i + 1] - offsets[i]);
   }
   return out;
+}
+
+// --- the attributes of /rank/<r> -------------------------------------------------------------
+
+/// One attribute of /rank/<r>: its name in the file, the RankMeta member and the RankInfo member
+/// it holds (nullptr: none). A rank file's root carries every attribute, from the RankMeta member
+/// where there is one, else from RankInfo; the root file's group of a rank without data (of which
+/// only its /ranks row is known) carries those with a RankInfo member.
+template <class MetaMember, class InfoMember>
+struct RankAttr {
+  const char* name;
+  MetaMember meta;
+  InfoMember info;
+  const char* old_name = nullptr;  // also read, where `name` is absent
+  bool read = true;                // false: written for h5py users, not read back into a record
+
+  constexpr RankAttr also_read_as(const char* old) const {
+    RankAttr a = *this;
+    a.old_name = old;
+    return a;
+  }
+  constexpr RankAttr not_read() const {
+    RankAttr a = *this;
+    a.read = false;
+    return a;
+  }
+};
+
+template <class MetaMember, class InfoMember>
+constexpr RankAttr<MetaMember, InfoMember> rank_attr(const char* name, MetaMember meta, InfoMember info) {
+  return {name, meta, info};
+}
+
+/// In the order they are written. Every store memsnap wrote names the host "hostname" (the
+/// field tables say "host"); "host" is read too.
+inline constexpr auto kRankAttrs = std::tuple{
+    rank_attr("rank", nullptr, &RankInfo::rank).not_read(),  // the group's name says it
+    rank_attr("hostname", &RankMeta::host, &RankInfo::host).also_read_as("host"),
+    rank_attr("pid", &RankMeta::pid, &RankInfo::pid),
+    rank_attr("local_rank", &RankMeta::local_rank, &RankInfo::local_rank),
+    rank_attr("local_world_size", &RankMeta::local_world_size, nullptr),
+    rank_attr("node_rank", &RankMeta::node_rank, &RankInfo::node_rank),
+    rank_attr("world_size", &RankMeta::world_size, nullptr),
+    rank_attr("device_name", &RankMeta::device_name, &RankInfo::device),
+    rank_attr("source", &RankMeta::source, &RankInfo::source),
+    rank_attr("run_name", &RankMeta::run_name, nullptr),
+    rank_attr("config", &RankMeta::config_json, nullptr),
+    rank_attr("tool_version", &RankMeta::tool_version, nullptr),
+    rank_attr("start_unix_ns", &RankMeta::start_unix_ns, nullptr),
+    rank_attr("clock_offset_ns", &RankMeta::clock_offset_ns, nullptr),
+    rank_attr("status", nullptr, &RankInfo::status),
+    rank_attr("status_detail", nullptr, &RankInfo::status_detail),
+    rank_attr("spill", nullptr, &RankInfo::spill).not_read()};  // the spill it came from, for people
+
+template <class F>
+void for_each_rank_attr(F&& f) {
+  std::apply([&](const auto&... each) { (f(each), ...); }, kRankAttrs);
+}
+
+/// A rank file's attributes: `meta` is the record's, `info` its /ranks row (rank and status).
+inline void write_rank_attrs(hid_t loc, const RankMeta& meta, const RankInfo& info, const std::string& c) {
+  for_each_rank_attr([&](const auto& a) {
+    if constexpr (!std::is_null_pointer_v<decltype(a.meta)>) {
+      h5::write_attr(loc, a.name, meta.*a.meta, c);
+    } else {
+      h5::write_attr(loc, a.name, info.*a.info, c);
+    }
+  });
+}
+
+/// The attributes of the root file's group for a rank without data: what its /ranks row knows.
+inline void write_rank_status_attrs(hid_t loc, const RankInfo& info, const std::string& c) {
+  for_each_rank_attr([&](const auto& a) {
+    if constexpr (!std::is_null_pointer_v<decltype(a.info)>) h5::write_attr(loc, a.name, info.*a.info, c);
+  });
+}
+
+/// Reads /rank/<r>'s attributes into `meta` (those with a RankMeta member) and `info` (the
+/// others); an attribute the group lacks leaves its member as it was.
+inline void read_rank_attrs(hid_t loc, RankMeta& meta, RankInfo& info, const std::string& c) {
+  auto read_into = [&](const auto& a, auto& v) {
+    const char* name = h5::has_attr(loc, a.name) ? a.name : nullptr;
+    if (name == nullptr && a.old_name != nullptr && h5::has_attr(loc, a.old_name)) name = a.old_name;
+    if (name == nullptr) return;
+    using M = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<M, std::string>) {
+      v = h5::read_attr_string(loc, name, c);
+    } else {
+      static_assert(std::is_integral_v<M>, "a rank attribute is text or an integer");
+      v = static_cast<M>(h5::read_attr<std::int64_t>(loc, name, c));
+    }
+  };
+  for_each_rank_attr([&](const auto& a) {
+    if (!a.read) return;
+    if constexpr (!std::is_null_pointer_v<decltype(a.meta)>) {
+      read_into(a, meta.*a.meta);
+    } else {
+      read_into(a, info.*a.info);
+    }
+  });
 }
 
 }  // namespace memsnap::layout

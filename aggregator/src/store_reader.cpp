@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "hdf5_util.hpp"
+#include "memsnap/findings.hpp"
 #include "memsnap/store.hpp"
 #include "store_layout.hpp"
 
@@ -69,10 +70,6 @@ std::string attr_or(hid_t loc, const char* name, const std::string& c, const std
   return h5::has_attr(loc, name) ? h5::read_attr_string(loc, name, c) : fallback;
 }
 
-std::int64_t int_attr_or(hid_t loc, const char* name, const std::string& c, std::int64_t fallback = 0) {
-  return h5::has_attr(loc, name) ? h5::read_attr_int(loc, name, c) : fallback;
-}
-
 RecordStatus status_from_name(const std::string& s) {
   if (s == "ok") return RecordStatus::ok;
   if (s == "truncated") return RecordStatus::truncated;
@@ -82,17 +79,17 @@ RecordStatus status_from_name(const std::string& s) {
 
 WindowRecord read_window_group(hid_t g, const std::string& c) {
   WindowRecord w;
-  w.batch_start = h5::read_attr_int(g, "batch_start", c);
-  w.batch_end = h5::read_attr_int(g, "batch_end", c);
-  w.open_time_ns = h5::read_attr_int(g, "open_time_ns", c);
-  w.close_time_ns = h5::read_attr_int(g, "close_time_ns", c);
-  w.oom = h5::read_attr_int(g, "oom", c) != 0;
-  w.closed = h5::read_attr_int(g, "closed", c) != 0;
-  w.dropped = h5::read_attr_uint(g, "dropped", c);
+  w.batch_start = h5::read_attr<std::int64_t>(g, "batch_start", c);
+  w.batch_end = h5::read_attr<std::int64_t>(g, "batch_end", c);
+  w.open_time_ns = h5::read_attr<std::int64_t>(g, "open_time_ns", c);
+  w.close_time_ns = h5::read_attr<std::int64_t>(g, "close_time_ns", c);
+  w.oom = h5::read_attr<std::int64_t>(g, "oom", c) != 0;
+  w.closed = h5::read_attr<std::int64_t>(g, "closed", c) != 0;
+  w.dropped = h5::read_attr<std::uint64_t>(g, "dropped", c);
   w.status = status_from_name(h5::read_attr_string(g, "status", c));
   // Stores written before batch inference and source extras: the defaults.
   w.batch_method = attr_or(g, "batch_method", c, "recorded");
-  w.batch_confidence = h5::has_attr(g, "batch_confidence") ? h5::read_attr_double(g, "batch_confidence", c) : 1.0;
+  w.batch_confidence = h5::has_attr(g, "batch_confidence") ? h5::read_attr<double>(g, "batch_confidence", c) : 1.0;
   w.batch_detail = attr_or(g, "batch_detail", c);
   if (h5::exists(g, "source_extras")) {
     const auto extras = h5::read_vector<std::uint8_t>(g, "source_extras", H5T_NATIVE_UINT8, c);
@@ -168,7 +165,7 @@ StoreReader::StoreReader(const std::filesystem::path& path) : m_impl(std::make_u
   if (!h5::has_attr(m_impl->file, "format") || h5::read_attr_string(m_impl->file, "format", m_impl->c) != kStoreFormat) {
     throw StoreError(m_impl->c + ": an HDF5 file but not a memsnap store (no format=\"memsnap\" attribute)");
   }
-  const auto version = h5::read_attr_int(m_impl->file, "format_version", m_impl->c);
+  const auto version = h5::read_attr<std::int64_t>(m_impl->file, "format_version", m_impl->c);
   if (version < kStoreOldestFormatVersion || version > kStoreFormatVersion) {
     throw StoreError(m_impl->c + ": store format version " + std::to_string(version) +
                      " is not supported (this memsnap reads versions " + std::to_string(kStoreOldestFormatVersion) +
@@ -207,13 +204,33 @@ std::vector<SiteRow> StoreReader::sites() const {
   return out;
 }
 
+bool StoreReader::has_findings() const {
+  h5::QuietErrors quiet;
+  return h5::exists(m_impl->file, "findings");
+}
+
+std::vector<Finding> StoreReader::findings() const {
+  h5::QuietErrors quiet;
+  return read_table<Finding>(m_impl->file, "findings", m_impl->c);
+}
+
+DigestTables StoreReader::digest() const {
+  h5::QuietErrors quiet;
+  const auto& c = m_impl->c;
+  DigestTables d;
+  d.windows = read_table<DigestWindowRow>(m_impl->file, "digest/windows", c);
+  d.batches = read_table<DigestBatchRow>(m_impl->file, "digest/batches", c);
+  d.held = read_table<DigestHeldRow>(m_impl->file, "digest/held", c);
+  return d;
+}
+
 StoreInfo StoreReader::info() const {
   h5::QuietErrors quiet;
   const auto& c = m_impl->c;
   StoreInfo info;
-  info.format_version = static_cast<int>(h5::read_attr_int(m_impl->file, "format_version", c));
+  info.format_version = static_cast<int>(h5::read_attr<std::int64_t>(m_impl->file, "format_version", c));
   info.run_name = h5::read_attr_string(m_impl->file, "run_name", c);
-  info.world_size = static_cast<int>(h5::read_attr_int(m_impl->file, "world_size", c));
+  info.world_size = static_cast<int>(h5::read_attr<std::int64_t>(m_impl->file, "world_size", c));
   info.created = attr_or(m_impl->file, "created", c);
   info.tool_version = attr_or(m_impl->file, "tool_version", c);
   info.config_json = attr_or(m_impl->file, "config", c);
@@ -243,7 +260,7 @@ std::vector<std::int64_t> StoreReader::batches(int rank) const {
     if (err != std::errc() || end != name.data() + name.size()) {
       throw StoreError(c + "/batch/" + name + ": a window group whose name is not a batch number");
     }
-    found.emplace_back(h5::read_attr_int(w, "window", c + "/batch/" + name), batch);
+    found.emplace_back(h5::read_attr<std::int64_t>(w, "window", c + "/batch/" + name), batch);
   }
   std::sort(found.begin(), found.end());
   std::vector<std::int64_t> out;
@@ -269,21 +286,11 @@ RankRecord StoreReader::read_rank(int rank) const {
   r.path = m_impl->path.string();
   RankMeta& m = r.meta;
   m.rank = rank;
-  m.host = attr_or(g, "hostname", c);
-  m.pid = int_attr_or(g, "pid", c);
-  m.local_rank = static_cast<int>(int_attr_or(g, "local_rank", c));
-  m.local_world_size = static_cast<int>(int_attr_or(g, "local_world_size", c, 1));
-  m.node_rank = static_cast<int>(int_attr_or(g, "node_rank", c));
-  m.world_size = static_cast<int>(int_attr_or(g, "world_size", c, 1));
-  m.device_name = attr_or(g, "device_name", c);
-  m.source = attr_or(g, "source", c);
-  m.run_name = attr_or(g, "run_name", c);
-  m.config_json = attr_or(g, "config", c);
-  m.tool_version = attr_or(g, "tool_version", c);
-  m.start_unix_ns = int_attr_or(g, "start_unix_ns", c);
-  m.clock_offset_ns = int_attr_or(g, "clock_offset_ns", c);
-  r.status = status_from_name(attr_or(g, "status", c, "ok"));
-  r.status_detail = attr_or(g, "status_detail", c);
+  m.source.clear();  // a group without the attribute names no source (RankMeta's default is "api")
+  RankInfo state;      // status "ok" where the group does not say
+  layout::read_rank_attrs(g, m, state, c);
+  r.status = status_from_name(state.status);
+  r.status_detail = state.status_detail;
   if (!h5::exists(g, "frames")) return r;  // a rank without data: status only
 
   m.device_total_bytes = h5::read_vector<std::uint64_t>(g, "device_total_bytes", H5T_NATIVE_UINT64, c);

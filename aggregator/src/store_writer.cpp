@@ -10,6 +10,7 @@
 
 #include "chunked_write.hpp"
 #include "hdf5_util.hpp"
+#include "memsnap/findings.hpp"
 #include "memsnap/store.hpp"
 #include "memsnap/version.hpp"
 #include "store_layout.hpp"
@@ -65,27 +66,6 @@ void write_table(hid_t loc, const char* name, const std::vector<S>& rows, int de
   const std::vector<char> bytes = layout::pack(l, rows);
   Handle t = l.compound_type();
   h5::write_array(loc, name, t, bytes.data(), rows.size(), deflate, context);
-}
-
-void write_rank_attrs(hid_t loc, const RankRecord& record, const RankInfo& info, const std::string& c) {
-  const RankMeta& m = record.meta;
-  h5::write_attr(loc, "rank", info.rank, c);
-  h5::write_attr(loc, "hostname", m.host, c);
-  h5::write_attr(loc, "pid", m.pid, c);
-  h5::write_attr(loc, "local_rank", m.local_rank, c);
-  h5::write_attr(loc, "local_world_size", m.local_world_size, c);
-  h5::write_attr(loc, "node_rank", m.node_rank, c);
-  h5::write_attr(loc, "world_size", m.world_size, c);
-  h5::write_attr(loc, "device_name", m.device_name, c);
-  h5::write_attr(loc, "source", m.source, c);
-  h5::write_attr(loc, "run_name", m.run_name, c);
-  h5::write_attr(loc, "config", m.config_json, c);
-  h5::write_attr(loc, "tool_version", m.tool_version, c);
-  h5::write_attr(loc, "start_unix_ns", m.start_unix_ns, c);
-  h5::write_attr(loc, "clock_offset_ns", m.clock_offset_ns, c);
-  h5::write_attr(loc, "status", info.status, c);
-  h5::write_attr(loc, "status_detail", info.status_detail, c);
-  h5::write_attr(loc, "spill", info.spill, c);
 }
 
 // Attributes live in the object header (64 KiB at most with the default file format): a long
@@ -198,7 +178,7 @@ void RankFileWriter::write(const std::filesystem::path& path, const RankRecord& 
   h5::QuietErrors quiet;
   const std::string c = path.string();
   Handle file = create_file(path);
-  write_rank_attrs(file, record, info, c);
+  layout::write_rank_attrs(file, record.meta, info, c);
   h5::write_vector(file, "device_total_bytes", H5T_NATIVE_UINT64, record.meta.device_total_bytes, 0, c);
 
   {
@@ -277,6 +257,15 @@ void write_root_file(const std::filesystem::path& path, const StoreIndex& index)
     write_strings(g, "", names, 1, c + ": /site_names");
   }
 
+  // /findings and the cross-rank digest its rules read (memsnap/findings.hpp).
+  if (index.findings != nullptr) {
+    write_table(file, "findings", index.findings->findings, 1, c);
+    Handle g = create_group(file, "digest", c);
+    write_table(g, "windows", index.findings->digest.windows, 1, c + ": /digest");
+    write_table(g, "batches", index.findings->digest.batches, 1, c + ": /digest");
+    write_table(g, "held", index.findings->digest.held, 1, c + ": /digest");
+  }
+
   // /rank/<r>: external links into the rank files, or plain groups for ranks without data.
   {
     Handle ranks = create_group(file, "rank", c);
@@ -288,17 +277,7 @@ void write_root_file(const std::filesystem::path& path, const StoreIndex& index)
         continue;
       }
       Handle g = create_group(ranks, name, c);
-      const std::string gc = c + ": /rank/" + name;
-      h5::write_attr(g, "rank", r.rank, gc);
-      h5::write_attr(g, "hostname", r.host, gc);
-      h5::write_attr(g, "pid", r.pid, gc);
-      h5::write_attr(g, "local_rank", r.local_rank, gc);
-      h5::write_attr(g, "node_rank", r.node_rank, gc);
-      h5::write_attr(g, "device_name", r.device, gc);
-      h5::write_attr(g, "source", r.source, gc);
-      h5::write_attr(g, "status", r.status, gc);
-      h5::write_attr(g, "status_detail", r.status_detail, gc);
-      h5::write_attr(g, "spill", r.spill, gc);
+      layout::write_rank_status_attrs(g, r, c + ": /rank/" + name);
     }
   }
   file.close(c + ": cannot close (disk full?)");

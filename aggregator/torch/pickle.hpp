@@ -11,14 +11,15 @@
 #include <utility>
 #include <vector>
 
+#include "memsnap/errors.hpp"
+
 namespace memsnap::pickle {
 
 /// A malformed pickle, or one that would run code. what() is one line naming the opcode (name and
 /// hex) where there is one, and the byte offset.
-class PickleError : public std::runtime_error {
+class PickleError : public Error {
  public:
-  PickleError(const std::string& message, std::size_t offset)
-      : std::runtime_error(message), m_offset(offset) {}
+  PickleError(const std::string& message, std::size_t offset) : Error(message), m_offset(offset) {}
   /// Byte offset of the opcode (or value) at fault.
   std::size_t offset() const { return m_offset; }
 
@@ -27,9 +28,9 @@ class PickleError : public std::runtime_error {
 };
 
 /// A value asked for as the wrong type, or an integer that does not fit the asked-for width.
-class ValueError : public std::runtime_error {
+class ValueError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 enum class Kind : std::uint8_t {

@@ -41,9 +41,9 @@
 namespace memsnap::torch {
 
 /// A pickle that parsed but is not a memory snapshot (missing key, wrong type).
-class SnapshotError : public std::runtime_error {
+class SnapshotError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 /// Who and when the snapshot belongs to; torch pickles carry neither.
@@ -90,7 +90,7 @@ struct ImportResult {
 /// live_at_start is reconstructed so that replaying the window's events from it gives the
 /// allocator state at dump: allocations (alloc ... free_completed, keyed by device and address)
 /// and reserved ranges (segment_alloc/map add, segment_free/unmap remove) that were live before
-/// the trace began. See the comment in snapshot.cpp for the edge cases.
+/// the trace began. See the comment in snapshot_import.cpp for the edge cases.
 ///
 /// Batches: torch records no batch markers. Annotations that name a step or batch
 /// ("ProfilerStep#5", "batch 3") are the trace's own marks (batch_method "recorded", numbered

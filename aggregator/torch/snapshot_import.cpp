@@ -2,7 +2,10 @@
 // the reconstruction of what was live before the trace began, and batches found in the trace.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -553,11 +556,33 @@ RankRecord import_snapshot(const Value& root, const ImportOptions& opt) {
   return import_snapshot_full(root, opt).record;
 }
 
+namespace {
+/// `message` without its leading "pickle: " / "torch snapshot: " (the file name replaces it).
+std::string without_prefix(std::string message) {
+  for (const char* prefix : {"pickle: ", "torch snapshot: ", "pickle value: "}) {
+    if (message.rfind(prefix, 0) == 0) return message.substr(std::strlen(prefix));
+  }
+  return message;
+}
+}  // namespace
+
 ImportResult import_snapshot_file(const std::string& path, const ImportOptions& opt) {
-  auto root = pickle::read_file(path);
-  auto result = import_snapshot_full(*root, opt);
-  result.record.path = path;
-  return result;
+  // Every error names the file: "X.pickle: not a PyTorch snapshot: opcode BINGET (0x68) at byte 0 ...".
+  if (std::ifstream probe(path, std::ios::binary); !probe) {
+    throw pickle::PickleError(path + ": cannot read it: " + std::strerror(errno), 0);
+  }
+  try {
+    auto root = pickle::read_file(path);
+    auto result = import_snapshot_full(*root, opt);
+    result.record.path = path;
+    return result;
+  } catch (const pickle::PickleError& e) {
+    throw pickle::PickleError(path + ": not a PyTorch snapshot: " + without_prefix(e.what()), e.offset());
+  } catch (const SnapshotError& e) {
+    throw SnapshotError(path + ": not a PyTorch snapshot: " + without_prefix(e.what()));
+  } catch (const pickle::ValueError& e) {
+    throw SnapshotError(path + ": not a PyTorch snapshot: " + without_prefix(e.what()));
+  }
 }
 
 }  // namespace memsnap::torch

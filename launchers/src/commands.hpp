@@ -14,5 +14,6 @@ void add_report(CLI::App& app, int& code);
 void add_import(CLI::App& app, int& code);
 void add_export(CLI::App& app, int& code);
 void add_run(CLI::App& app, int& code);
+void add_diff(CLI::App& app, int& code);
 
 }  // namespace memsnap::cli

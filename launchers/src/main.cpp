@@ -3,11 +3,35 @@
 
 #include <cstdio>
 #include <iostream>
+#include <regex>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
 #include "memsnap/version.hpp"
+
+namespace {
+
+/// CLI11's range message in words: "Value -1 not in range 0.000000 to 1797...(309 digits).000000"
+/// reads "-1 is not allowed: give a number of 0 or more".
+std::string in_words(std::string message) {
+  static const std::regex range(R"(Value (\S+) not in range (\S+) to (\S+))");
+  std::smatch m;
+  if (!std::regex_search(message, m, range)) return message;
+  auto number = [](std::string text) {
+    if (const auto dot = text.find('.'); dot != std::string::npos && text.find_first_not_of('0', dot + 1) == std::string::npos) {
+      text.erase(dot);
+    }
+    return text;
+  };
+  const std::string lo = number(m[2].str()), hi = number(m[3].str());
+  const std::string allowed = hi.size() > 15 ? lo + " or more" : "from " + lo + " to " + hi;
+  return message.replace(static_cast<std::size_t>(m.position(0)), static_cast<std::size_t>(m.length(0)),
+                         m[1].str() + " is not allowed: give a number " + (hi.size() > 15 ? "of " : "") + allowed);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"memsnap: where the GPU memory went, on every rank.\n"
@@ -27,8 +51,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // One line naming what is wrong; --help has the rest.
-    std::cerr << "memsnap: " << e.what() << " (see memsnap --help)\n";
+    // One line naming what is wrong, and the subcommand's --help for the rest.
+    std::string help = "memsnap --help";
+    for (const CLI::App* sub : app.get_subcommands()) help = "memsnap " + sub->get_name() + " --help";
+    std::cerr << "memsnap: " << in_words(e.what()) << " (see " << help << ")\n";
     return 2;
   }
   return memsnap::cli::exit_code();

@@ -9,14 +9,15 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "../../aggregator/src/mpi_util.hpp"
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
 #include "memsnap/launch_env.hpp"
+#include "memsnap/mpi.hpp"
 #include "memsnap/names.hpp"
 #include "memsnap/report.hpp"
 #include "memsnap/spill.hpp"
@@ -82,8 +83,30 @@ bool g_refused = false;  // an earlier run is in the folder and overwrite is fal
 // An exit record written by this launch (any record, when the launcher names no launch).
 bool this_launch(const json& record) { return g_launch.empty() || record.value("launch", std::string()) == g_launch; }
 
+// When a process started, in clock ticks since boot (/proc/PID/stat field 22); 0 when unknown.
+// With the pid, it names a process that pid reuse cannot confuse with another.
+std::string process_start_ticks(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto paren = stat.rfind(')');
+  if (paren == std::string::npos) return "0";
+  std::istringstream fields(stat.substr(paren + 2));  // from field 3 (state) on
+  std::string field;
+  for (int i = 3; i <= 22 && (fields >> field); ++i) {
+  }
+  return field.empty() ? "0" : field;
+}
+
+std::string host_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
 // This launch, as the launcher names it (the same on every rank of one job step, new at the next):
-// an exit record of an earlier launch into the same folder is stale. Empty when no launcher says.
+// an exit record or a spill of an earlier launch into the same folder is stale, and a store is
+// made of one launch's records. Empty only when the ranks cannot agree on a name (torchrun over
+// several nodes without --rdzv-id).
 std::string launch_identity(const LaunchInfo& launch, const EnvLookup& env) {
   if (!launch.job_id.empty()) {
     std::string id = launch.job_id;
@@ -93,7 +116,35 @@ std::string launch_identity(const LaunchInfo& launch, const EnvLookup& env) {
   // Open MPI 4 names no job in the environment, but every process of one mpirun gets the
   // mpirun's own address, which starts with its process name (jobfamily.vpid).
   if (auto uri = env("OMPI_MCA_orte_hnp_uri"); uri && !uri->empty()) return uri->substr(0, uri->find(';'));
+  // One process: this memsnap run itself.
+  if (launch.world_size == 1) return host_name() + ":" + std::to_string(getpid()) + ":" + process_start_ticks(getpid());
+  // torchrun on one node without a run id: its ranks are children of one agent process.
+  if (launch.launcher == "torchrun" && launch.local_world_size == launch.world_size) {
+    return host_name() + ":" + std::to_string(getppid()) + ":" + process_start_ticks(getppid());
+  }
   return {};
+}
+
+// What `memsnap run` knows of an earlier launch's record in the run folder: a file and when it was made.
+struct EarlierRecord {
+  fs::path file;
+  std::string made;  // launch_time_text
+};
+
+// The follow-up for a user who wants to see an earlier record on purpose.
+std::string look_at_earlier(const fs::path& run_dir, const std::string& self) {
+  std::error_code ec;
+  const fs::path store = run_dir / "memsnap.h5";
+  if (fs::exists(store, ec)) return self + " report " + store.string();
+  return self + " aggregate " + run_dir.string() + " && " + self + " report " + store.string();
+}
+
+std::string file_time_text(const fs::path& p) {
+  std::error_code ec;
+  const auto t = fs::last_write_time(p, ec);
+  if (ec) return launch_time_text(0);
+  const auto sys = std::chrono::file_clock::to_sys(t);
+  return launch_time_text(std::chrono::duration_cast<std::chrono::nanoseconds>(sys.time_since_epoch()).count());
 }
 
 bool read_exit_record(const fs::path& p, json& out) {
@@ -145,6 +196,7 @@ void gather_and_report(const fs::path& run_dir, const fs::path& store, bool over
   }
   AggregateOptions ao;
   ao.run_dir = run_dir;
+  ao.launch = g_launch;  // this launch's records only (empty: the newest launch's)
   ao.overwrite = overwrite;
   ao.keep_going = true;
   if (aggregate_main(ao) != 0 || !report) return;
@@ -186,7 +238,14 @@ int run_main(const RunOptions& o) {
     return 2;
   }
 
-  // The configuration, resolved once here so that every process of the rank agrees.
+  const std::string self = o.self.empty() ? "memsnap" : o.self;
+  const auto started_wall_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+
+  // The configuration, resolved once here so that every process of the rank agrees. A config
+  // that does not load leaves the command unrecorded: nothing is written anywhere, and the
+  // command's own recorder is told so (MEMSNAP_ENABLED=false below) instead of falling back to
+  // the defaults. Every rank reads the same file, so rank 0 alone says it.
   bool record = true;
   Config config;
   fs::path run_dir, spill_dir;
@@ -197,61 +256,88 @@ int run_main(const RunOptions& o) {
                   launch.node_rank, std::nullopt, timestamp_now()};
     run_dir = fs::absolute(format_name(config.folder, vars));
     spill_dir = run_dir / "spill";
+    record = config.enabled;
+  } catch (const std::exception& e) {
+    if (rank == 0) {
+      say(rank, std::string(e.what()) + "; the command runs unrecorded on every rank (nothing is written)");
+    }
+    record = false;
+  }
+  if (record) {
     std::error_code ec;
     fs::create_directories(spill_dir, ec);
-    if (ec) throw ConfigError("cannot create " + spill_dir.string() + ": " + ec.message());
-    if (!config.enabled) record = false;
-  } catch (const std::exception& e) {
-    say(rank, std::string(e.what()) + "; the command runs unrecorded");
-    record = false;
+    if (ec) {
+      // The folder is per node where nodes do not share it: the first rank of each node says it.
+      if (launch.local_rank == 0) say(rank, "cannot create " + spill_dir.string() + ": " + ec.message() + "; the command runs unrecorded");
+      record = false;
+    }
   }
   g_launch = launch_identity(launch, env);
   // overwrite: false and an earlier run in the folder: the command runs unrecorded and nothing of
   // the earlier run changes (no spill, exit record, lock or store is touched). Every rank decides
-  // alike, from what was there before this launch began: the earlier run's store, or exit
-  // records that another launch wrote.
+  // alike, from what was there before this launch began: the earlier run's store, exit records
+  // or spills that another launch wrote.
   if (record && !config.overwrite) {
-    std::string earlier;
+    EarlierRecord earlier;
     std::error_code ec;
-    if (fs::exists(run_dir / "memsnap.h5", ec)) earlier = (run_dir / "memsnap.h5").string();
+    // A record made well before this process started is an earlier run's; a fresh one may be a
+    // quick rank of this launch (where no launcher names the launch, or a spill's META is not
+    // written yet).
+    auto long_ago = [&](std::int64_t unix_ns) { return unix_ns < started_wall_ns - 2'000'000'000; };
+    if (fs::exists(run_dir / "memsnap.h5", ec)) earlier = {run_dir / "memsnap.h5", file_time_text(run_dir / "memsnap.h5")};
     for (const auto& e : fs::directory_iterator(spill_dir, ec)) {
+      if (!earlier.file.empty()) break;
       const std::string name = e.path().filename().string();
-      if (!earlier.empty() || name.size() < 10 || name.compare(name.size() - 10, 10, ".exit.json") != 0) continue;
-      json j;
-      if (!read_exit_record(e.path(), j) || !this_launch(j)) {
-        earlier = e.path().string();
-      } else if (g_launch.empty()) {
-        // No launcher names this launch (torchrun without --rdzv-id, a bare process): a record
-        // written well before this process started is an earlier run's; a fresh one may be a
-        // quick rank of this launch.
-        const auto written = fs::last_write_time(e.path(), ec);
-        if (!ec && written < started_at - std::chrono::seconds(2)) earlier = e.path().string();
+      if (name.ends_with(".exit.json")) {
+        json j;
+        if (!read_exit_record(e.path(), j) || !this_launch(j)) {
+          earlier = {e.path(), file_time_text(e.path())};
+        } else if (g_launch.empty()) {
+          const auto written = fs::last_write_time(e.path(), ec);
+          if (!ec && written < started_at - std::chrono::seconds(2)) earlier = {e.path(), file_time_text(e.path())};
+        }
+      } else if (e.path().extension() == kSpillSuffix) {
+        // A record with no exit record beside it: the command ran a recorder of its own, or
+        // `memsnap run` did not write one (the job was killed). Its META names its launch.
+        const std::optional<RankMeta> meta = read_spill_meta(e.path());
+        if (meta && (g_launch.empty() ? long_ago(meta->start_unix_ns) : meta->launch != g_launch)) {
+          earlier = {e.path(), launch_time_text(meta->start_unix_ns)};
+        } else if (!meta && long_ago(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::file_clock::to_sys(fs::last_write_time(e.path(), ec)).time_since_epoch())
+                                          .count())) {
+          earlier = {e.path(), file_time_text(e.path())};
+        }
       }
     }
-    if (!earlier.empty()) {
+    if (!earlier.file.empty()) {
       if (rank == 0)
-        say(rank, "an earlier run is in " + run_dir.string() + " (" + fs::path(earlier).filename().string() +
-                      "); overwrite is false, so this run is not recorded and nothing there changes. Set overwrite: "
-                      "true, another folder or another run_name.");
+        say(rank, run_dir.string() + " holds the record of an earlier launch (" + earlier.file.filename().string() + ", made " +
+                      earlier.made + "); overwrite is false, so this run is not recorded and nothing there changes. "
+                      "To record this run: another folder or run_name, or overwrite: true. To see the earlier record on purpose: " +
+                      look_at_earlier(run_dir, self));
       record = false;
       g_refused = true;
     }
   }
 
   // The child's environment: our resolved settings, and the CUPTI injection when it was built.
+  // Unrecorded, it gets MEMSNAP_ENABLED=false: a recorder the command loads itself (memsnap_init,
+  // the CUPTI library, the PyTorch hook) stays off, quietly, whatever config it would find.
   std::vector<std::string> env_text;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
+    if (kv.rfind("MEMSNAP_LAUNCH=", 0) == 0 || (!record && kv.rfind("MEMSNAP_ENABLED=", 0) == 0)) continue;
     if (record && (kv.rfind("MEMSNAP_FOLDER=", 0) == 0 || kv.rfind("MEMSNAP_RUN_NAME=", 0) == 0 ||
                    kv.rfind("MEMSNAP_CONFIG=", 0) == 0)) {
       continue;
     }
     env_text.push_back(kv);
   }
-  if (g_refused) env_text.push_back("MEMSNAP_ENABLED=false");  // a recorder the command loads itself stays off too
+  if (!record) env_text.push_back("MEMSNAP_ENABLED=false");
   if (record) {
     env_text.push_back("MEMSNAP_FOLDER=" + run_dir.string());
     env_text.push_back("MEMSNAP_RUN_NAME=" + config.run_name);
+    if (!g_launch.empty()) env_text.push_back("MEMSNAP_LAUNCH=" + g_launch);  // in each spill's META
     if (!o.config.empty()) env_text.push_back("MEMSNAP_CONFIG=" + fs::absolute(o.config).string());
     const fs::path cupti = o.cupti ? cupti_library(o.self) : fs::path();
     if (!cupti.empty()) {
@@ -324,13 +410,42 @@ int run_main(const RunOptions& o) {
     fs::rename(tmp, p, ec);
   }
 
-  const std::string self = o.self.empty() ? "memsnap" : o.self;
   const fs::path store = run_dir / "memsnap.h5";
-  const std::string follow_up = "mpirun -np " + std::to_string(launch.world_size) + " " + self + " aggregate " +
-                                run_dir.string() + " && " + self + " report " + store.string();
+  // The records in the folder by launch: a store is made of this launch's only. Where the folder
+  // also holds another launch's (overwrite: true replaces each rank's own record, not those of
+  // ranks an earlier, larger launch had), the follow-up names this launch.
+  auto launches_here = [&] { return spill_launches(find_spills(run_dir)); };
+  auto follow_up_for = [&](const std::vector<SpillLaunch>& launches, bool under_mpirun = true) {
+    const bool others = std::any_of(launches.begin(), launches.end(), [](const SpillLaunch& l) { return l.id != g_launch; });
+    return (under_mpirun ? "mpirun -np " + std::to_string(launch.world_size) + " " : std::string()) + self + " aggregate " + run_dir.string() +
+           (others && !g_launch.empty() ? " --launch " + g_launch : "") + " && " + self + " report " + store.string();
+  };
+  // Once every rank is done: when this launch recorded nothing (each command refused or never
+  // loaded memsnap), nothing is gathered, and a record of another launch is never shown as this
+  // run. Rank 0 says it. Every rank decides alike, from the same finished folder.
+  auto recorded_nothing = [&](const std::vector<SpillLaunch>& launches) {
+    if (g_launch.empty()) return false;  // no name to tell launches apart: the newest is gathered
+    for (const auto& l : launches) {
+      if (l.id == g_launch) return false;
+    }
+    if (rank != 0) return true;
+    const SpillLaunch* newest = nullptr;
+    for (const auto& l : launches) newest = &l;
+    if (newest == nullptr) {
+      say(rank, "this run left no record in " + run_dir.string() +
+                    " (the command did not load memsnap, or memsnap said why above); nothing to gather");
+    } else {
+      say(rank, "this run left no record (memsnap said why above); " + run_dir.string() +
+                    " holds the record of an earlier launch (" + (newest->id.empty() ? std::string(kUnnamedLaunch) : newest->id) +
+                    ", made " + launch_time_text(newest->start_unix_ns) +
+                    "), which is not this run and is not gathered. To record this run: another folder or run_name, or "
+                    "overwrite: true. To see the earlier record on purpose: " + look_at_earlier(run_dir, self));
+    }
+    return true;
+  };
   const bool mpi_launcher = launch.launcher == "openmpi" || launch.launcher == "pmix" || launch.launcher == "slurm";
   if (o.no_aggregate) {
-    if (rank == 0) say(rank, "recorded in " + spill_dir.string() + "; to see it: " + follow_up);
+    if (rank == 0) say(rank, "recorded in " + spill_dir.string() + "; to see it: " + follow_up_for(launches_here()));
     return code;
   }
 
@@ -338,11 +453,12 @@ int run_main(const RunOptions& o) {
     // torchrun or no launcher: no MPI between the ranks. Rank 0 may gather the record alone.
     if (rank != 0) return code;
     if (!o.aggregate_when_done && launch.world_size > 1) {
-      say(rank, "recorded in " + spill_dir.string() + "; when every rank is done: " + self + " aggregate " +
-                    run_dir.string() + " && " + self + " report " + store.string());
+      say(rank, "recorded in " + spill_dir.string() + "; when every rank is done: " +
+                    follow_up_for(launches_here(), false));
       return code;
     }
     const auto missing = wait_for_ranks(spill_dir, launch.world_size, o.wait_seconds, rank, true);
+    if (recorded_nothing(launches_here())) return code;
     if (!missing.empty()) say(rank, std::to_string(missing.size()) + " rank(s) did not finish in time; they are marked in the store");
     gather_and_report(run_dir, store, config.overwrite, o.report, rank, "");
     return code;
@@ -351,6 +467,9 @@ int run_main(const RunOptions& o) {
   // mpirun / srun: all ranks decide alike from the same shared facts: aggregate here only when
   // every rank has finished and no child initialised MPI (a second MPI_Init in a slot fails).
   const auto missing = wait_for_ranks(spill_dir, launch.world_size, std::min(o.wait_seconds, 120.0), rank, rank == 0);
+  const std::vector<SpillLaunch> launches = launches_here();
+  if (missing.empty() && recorded_nothing(launches)) return code;
+  const std::string follow_up = follow_up_for(launches);
   // A child that was killed left no verdict; the ranks run one program, so the ranks that did
   // speak decide for it: any "yes" forbids the second MPI_Init, and at least one "no" is needed.
   bool in_slot = missing.empty();

@@ -1,15 +1,20 @@
+// Configuration keys (one table: name, parser and check, dump), config files (JSON, YAML, training
+// configs with a memsnap block) and MEMSNAP_<KEY> overrides.
 #include "memsnap/config.hpp"
 
-#include <cstdlib>
-#include <fstream>
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "log.hpp"
 #include "memsnap/names.hpp"
 
 namespace memsnap {
@@ -135,15 +140,6 @@ json yaml_to_json(const YAML::Node& node, int depth = 0) {
 
 }  // namespace
 
-const std::vector<std::string>& config_keys() {
-  static const std::vector<std::string> keys = {
-      "skip_batches", "interval",     "repeat",       "folder",     "filename",
-      "remote_file_name", "overwrite", "max_entries", "stacks",     "stack_depth",
-      "stack_min_bytes", "batch_marker", "oom_snapshot", "run_name", "enabled", "torch_attachment",
-      "background_writes"};
-  return keys;
-}
-
 std::int64_t parse_batches(const json& value, std::string_view key, std::string_view origin) {
   constexpr std::string_view allowed = "a whole number of batches, e.g. 3 or \"3ba\"";
   if (value.is_string()) {
@@ -159,6 +155,173 @@ std::int64_t parse_batches(const json& value, std::string_view key, std::string_
   return as_int(value, key, origin, 0, INT32_MAX, allowed);
 }
 
+namespace {
+
+void check_template_key(const std::string& value, bool is_file, std::string_view key, std::string_view origin) {
+  try {
+    check_template(value, is_file, key);
+  } catch (const NameError& e) {
+    throw ConfigError(std::string(origin) + ": " + e.what());
+  }
+}
+
+// The page name stays inside the report folder, whatever the variables hold.
+bool climbs_out(const std::string& name) {
+  std::string part;
+  bool climbs = name.front() == '/';
+  for (std::size_t i = 0; i <= name.size(); ++i) {
+    if (i == name.size() || name[i] == '/') {
+      climbs |= part == "..";
+      part.clear();
+    } else {
+      part += name[i];
+    }
+  }
+  return climbs;
+}
+
+// std::regex compiles and matches recursively: a long or deeply nested pattern could overflow the
+// stack of the training process. Real step names need neither.
+void check_batch_marker(const std::string& marker, std::string_view key, const json& v, std::string_view origin) {
+  int depth = 0, deepest = 0;
+  for (char ch : marker) {
+    depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
+    deepest = std::max(deepest, depth);
+  }
+  if (marker.size() > 256 || deepest > 8) {
+    bad(origin, key, v, "a regular expression of at most 256 characters and 8 nested groups");
+  }
+  std::string pattern = marker;
+  std::regex::flag_type flags = std::regex::ECMAScript;
+  if (pattern.rfind("(?i)", 0) == 0) {
+    pattern = pattern.substr(4);
+    flags |= std::regex::icase;
+  }
+  try {
+    std::regex probe(pattern, flags);
+  } catch (const std::regex_error&) {
+    bad(origin, key, v, "a valid regular expression (ECMAScript; a leading (?i) ignores case)");
+  }
+}
+
+constexpr std::pair<StackMode, const char*> kStackModes[] = {
+    {StackMode::none, "none"}, {StackMode::native, "native"}, {StackMode::python, "python"}, {StackMode::all, "all"}};
+
+// One configuration key: its name, how a value is checked and set on a Config, and how the
+// Config's value is written back (config_to_json). Each key's default is its member initialiser in
+// memsnap/config.hpp; config_to_json(Config{}) shows them all.
+struct Key {
+  std::string_view name;
+  std::function<void(Config&, const json& v, std::string_view key, std::string_view origin)> parse;
+  std::function<json(const Config&)> dump;
+};
+
+Key flag(std::string_view name, bool Config::*m) {
+  return {name, [m](Config& c, const json& v, std::string_view key, std::string_view origin) { c.*m = as_bool(v, key, origin); },
+          [m](const Config& c) { return json(c.*m); }};
+}
+Key batches(std::string_view name, std::int64_t Config::*m) {
+  return {name, [m](Config& c, const json& v, std::string_view key, std::string_view origin) { c.*m = parse_batches(v, key, origin); },
+          [m](const Config& c) { return json(c.*m); }};
+}
+Key whole(std::string_view name, std::int64_t Config::*m, std::int64_t lo, std::int64_t hi, std::string_view allowed) {
+  return {name,
+          [=](Config& c, const json& v, std::string_view key, std::string_view origin) {
+            c.*m = as_int(v, key, origin, lo, hi, allowed);
+          },
+          [m](const Config& c) { return json(c.*m); }};
+}
+json text_or_null(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+// The keys in documentation order (config_keys(), the MEMSNAP_<KEY> variables, "known keys").
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = {
+      batches("skip_batches", &Config::skip_batches),
+      {"interval",
+       [](Config& c, const json& v, std::string_view key, std::string_view origin) {
+         c.interval = parse_batches(v, key, origin);
+         if (c.interval < 1) bad(origin, key, v, "at least 1 batch, e.g. 3 or \"3ba\"");
+       },
+       [](const Config& c) { return json(c.interval); }},
+      whole("repeat", &Config::repeat, -1, INT32_MAX, "-1 (until the job ends), 0 (one window) or more"),
+      {"folder",
+       [](Config& c, const json& v, std::string_view key, std::string_view origin) {
+         c.folder = as_string(v, key, origin);
+         if (c.folder.empty()) bad(origin, key, v, "a non-empty folder path");
+         check_template_key(c.folder, false, key, origin);
+       },
+       [](const Config& c) { return json(c.folder); }},
+      {"filename",
+       [](Config& c, const json& v, std::string_view key, std::string_view origin) {
+         c.filename = as_string(v, key, origin);
+         check_template_key(c.filename, true, key, origin);
+         if (c.filename.empty()) bad(origin, key, v, "a non-empty file name template");
+         if (climbs_out(c.filename)) bad(origin, key, v, "a name inside the report folder (no leading '/', no '..')");
+       },
+       [](const Config& c) { return json(c.filename); }},
+      {"remote_file_name",
+       [](Config& c, const json& v, std::string_view key, std::string_view origin) {
+         c.remote_file_name = as_string(v, key, origin, true);
+         if (!c.remote_file_name.empty()) check_template_key(c.remote_file_name, true, key, origin);
+       },
+       [](const Config& c) { return text_or_null(c.remote_file_name); }},
+      flag("overwrite", &Config::overwrite),
+      whole("max_entries", &Config::max_entries, 1, std::int64_t{1} << 32, "a whole number from 1 to 4294967296"),
+      {"stacks",
+       [](Config& c, const json& v, std::string_view key, std::string_view origin) {
+         const std::string s = v.is_string() ? v.get<std::string>() : std::string("?");
+         for (const auto& [mode, name] : kStackModes) {
+           if (s == name) {
+             c.stacks = mode;
+             return;
+           }
+         }
+         bad(origin, key, v, "\"none\", \"native\", \"python\" or \"all\"");
+       },
+       [](const Config& c) {
+         for (const auto& [mode, name] : kStackModes) {
+           if (c.stacks == mode) return json(name);
+         }
+         return json("none");
+       }},
+      whole("stack_depth", &Config::stack_depth, 1, 64, "a whole number from 1 to 64"),
+      whole("stack_min_bytes", &Config::stack_min_bytes, 0, std::int64_t{1} << 50,
+            "a byte count from 0 to 2^50, e.g. 1048576"),
+      {"batch_marker",
+       [](Config& c, const json& v, std::string_view key, std::string_view origin) {
+         c.batch_marker = as_string(v, key, origin);
+         check_batch_marker(c.batch_marker, key, v, origin);
+       },
+       [](const Config& c) { return json(c.batch_marker); }},
+      flag("oom_snapshot", &Config::oom_snapshot),
+      {"run_name",
+       [](Config& c, const json& v, std::string_view key, std::string_view origin) {
+         c.run_name = as_string(v, key, origin, true);
+         try {
+           if (!c.run_name.empty()) check_run_name(c.run_name);
+         } catch (const NameError& e) {
+           throw ConfigError(std::string(origin) + ": key 'run_name': " + e.what());
+         }
+       },
+       [](const Config& c) { return json(c.run_name); }},
+      flag("enabled", &Config::enabled),
+      flag("torch_attachment", &Config::torch_attachment),
+      flag("background_writes", &Config::background_writes),
+  };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<std::string>& config_keys() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Key& k : keys()) out.emplace_back(k.name);
+    return out;
+  }();
+  return names;
+}
+
 Config config_from_json(const json& object, const Config& base, std::string_view origin) {
   if (!object.is_object()) {
     throw ConfigError(std::string(origin) + ": the configuration must be a mapping of keys, not " +
@@ -166,140 +329,22 @@ Config config_from_json(const json& object, const Config& base, std::string_view
   }
   Config c = base;
   for (const auto& [key, v] : object.items()) {
-    if (key == "skip_batches") {
-      c.skip_batches = parse_batches(v, key, origin);
-    } else if (key == "interval") {
-      c.interval = parse_batches(v, key, origin);
-      if (c.interval < 1) bad(origin, key, v, "at least 1 batch, e.g. 3 or \"3ba\"");
-    } else if (key == "repeat") {
-      c.repeat = as_int(v, key, origin, -1, INT32_MAX, "-1 (until the job ends), 0 (one window) or more");
-    } else if (key == "folder") {
-      c.folder = as_string(v, key, origin);
-      if (c.folder.empty()) bad(origin, key, v, "a non-empty folder path");
-      try {
-        check_template(c.folder, false, key);
-      } catch (const NameError& e) {
-        throw ConfigError(std::string(origin) + ": " + e.what());
-      }
-    } else if (key == "filename") {
-      c.filename = as_string(v, key, origin);
-      try {
-        check_template(c.filename, true, key);
-      } catch (const NameError& e) {
-        throw ConfigError(std::string(origin) + ": " + e.what());
-      }
-      if (c.filename.empty()) bad(origin, key, v, "a non-empty file name template");
-      // The page name stays inside the report folder, whatever the variables hold.
-      std::string part;
-      bool climbs = c.filename.front() == '/';
-      for (std::size_t i = 0; i <= c.filename.size(); ++i) {
-        if (i == c.filename.size() || c.filename[i] == '/') {
-          climbs |= part == "..";
-          part.clear();
-        } else {
-          part += c.filename[i];
-        }
-      }
-      if (climbs) bad(origin, key, v, "a name inside the report folder (no leading '/', no '..')");
-    } else if (key == "remote_file_name") {
-      c.remote_file_name = as_string(v, key, origin, true);
-      try {
-        if (!c.remote_file_name.empty()) check_template(c.remote_file_name, true, key);
-      } catch (const NameError& e) {
-        throw ConfigError(std::string(origin) + ": " + e.what());
-      }
-    } else if (key == "overwrite") {
-      c.overwrite = as_bool(v, key, origin);
-    } else if (key == "max_entries") {
-      c.max_entries = as_int(v, key, origin, 1, std::int64_t{1} << 32, "a whole number from 1 to 4294967296");
-    } else if (key == "stacks") {
-      std::string s = v.is_string() ? v.get<std::string>() : std::string("?");
-      if (s == "none") c.stacks = StackMode::none;
-      else if (s == "native") c.stacks = StackMode::native;
-      else if (s == "python") c.stacks = StackMode::python;
-      else if (s == "all") c.stacks = StackMode::all;
-      else bad(origin, key, v, "\"none\", \"native\", \"python\" or \"all\"");
-    } else if (key == "stack_depth") {
-      c.stack_depth = as_int(v, key, origin, 1, 64, "a whole number from 1 to 64");
-    } else if (key == "stack_min_bytes") {
-      c.stack_min_bytes = as_int(v, key, origin, 0, std::int64_t{1} << 50, "a byte count from 0 to 2^50, e.g. 1048576");
-    } else if (key == "batch_marker") {
-      c.batch_marker = as_string(v, key, origin);
-      // std::regex compiles and matches recursively: a long or deeply nested pattern could
-      // overflow the stack of the training process. Real step names need neither.
-      int depth = 0, deepest = 0;
-      for (char ch : c.batch_marker) {
-        depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
-        deepest = std::max(deepest, depth);
-      }
-      if (c.batch_marker.size() > 256 || deepest > 8) {
-        bad(origin, key, v, "a regular expression of at most 256 characters and 8 nested groups");
-      }
-      std::string pattern = c.batch_marker;
-      std::regex::flag_type flags = std::regex::ECMAScript;
-      if (pattern.rfind("(?i)", 0) == 0) {
-        pattern = pattern.substr(4);
-        flags |= std::regex::icase;
-      }
-      try {
-        std::regex probe(pattern, flags);
-      } catch (const std::regex_error&) {
-        bad(origin, key, v, "a valid regular expression (ECMAScript; a leading (?i) ignores case)");
-      }
-    } else if (key == "oom_snapshot") {
-      c.oom_snapshot = as_bool(v, key, origin);
-    } else if (key == "run_name") {
-      c.run_name = as_string(v, key, origin, true);
-      try {
-        if (!c.run_name.empty()) check_run_name(c.run_name);
-      } catch (const NameError& e) {
-        throw ConfigError(std::string(origin) + ": key 'run_name': " + e.what());
-      }
-    } else if (key == "enabled") {
-      c.enabled = as_bool(v, key, origin);
-    } else if (key == "torch_attachment") {
-      c.torch_attachment = as_bool(v, key, origin);
-    } else if (key == "background_writes") {
-      c.background_writes = as_bool(v, key, origin);
-    } else {
+    const auto& table = keys();
+    const auto it = std::find_if(table.begin(), table.end(), [&](const Key& k) { return k.name == key; });
+    if (it == table.end()) {
       std::string known;
       for (const auto& k : config_keys()) known += (known.empty() ? "" : ", ") + k;
       throw ConfigError(std::string(origin) + ": unknown key '" + key + "'; known keys: " + known);
     }
+    it->parse(c, v, key, origin);
   }
   return c;
 }
 
-namespace {
-const char* stack_mode_name(StackMode m) {
-  switch (m) {
-    case StackMode::native: return "native";
-    case StackMode::python: return "python";
-    case StackMode::all: return "all";
-    case StackMode::none: break;
-  }
-  return "none";
-}
-}  // namespace
-
 json config_to_json(const Config& c) {
-  return json{{"skip_batches", c.skip_batches},
-              {"interval", c.interval},
-              {"repeat", c.repeat},
-              {"folder", c.folder},
-              {"filename", c.filename},
-              {"remote_file_name", c.remote_file_name.empty() ? json(nullptr) : json(c.remote_file_name)},
-              {"overwrite", c.overwrite},
-              {"max_entries", c.max_entries},
-              {"stacks", stack_mode_name(c.stacks)},
-              {"stack_depth", c.stack_depth},
-              {"stack_min_bytes", c.stack_min_bytes},
-              {"batch_marker", c.batch_marker},
-              {"oom_snapshot", c.oom_snapshot},
-              {"run_name", c.run_name},
-              {"enabled", c.enabled},
-              {"torch_attachment", c.torch_attachment},
-              {"background_writes", c.background_writes}};
+  json out = json::object();
+  for (const Key& k : keys()) out[std::string(k.name)] = k.dump(c);
+  return out;
 }
 
 json read_config_file(const std::string& path) {
@@ -362,8 +407,22 @@ EnvLookup process_env() {
   };
 }
 
+bool disabled_by_environment(const EnvLookup& env) {
+  const auto v = env("MEMSNAP_ENABLED");
+  if (!v) return false;
+  try {
+    return !as_bool(json(*v), "enabled", "MEMSNAP_ENABLED");
+  } catch (const ConfigError&) {
+    return false;  // load_config names the bad value
+  }
+}
+
 Config load_config(const std::string& path, const EnvLookup& env) {
   Config c;
+  if (disabled_by_environment(env)) {
+    c.enabled = false;
+    return c;
+  }
   std::string file = path;
   if (file.empty()) file = env("MEMSNAP_CONFIG").value_or("");
   if (!file.empty()) c = config_from_json(read_config_file(file), c, file);
@@ -377,6 +436,32 @@ Config load_config(const std::string& path, const EnvLookup& env) {
     c = config_from_json(json{{key, *value}}, c, var);
   }
   return c;
+}
+
+}  // namespace memsnap
+
+namespace memsnap {
+
+std::optional<Config> recording_config(const std::string& path, const EnvLookup& env) noexcept {
+  // One verdict per process: the CUPTI library and the PyTorch attachment both ask.
+  static std::atomic<bool> said{false};
+  try {
+    if (disabled_by_environment(env)) {
+      log::write(log::Level::debug, "not recording (MEMSNAP_ENABLED is false)");
+      return std::nullopt;
+    }
+    Config config = load_config(path, env);
+    if (!config.enabled) {
+      log::once(said, log::Level::info, "disabled by the config (enabled: false)");
+      return std::nullopt;
+    }
+    return config;
+  } catch (const std::exception& e) {
+    log::once(said, log::Level::warn, std::string(e.what()) + "; this process is not recorded, the job goes on");
+  } catch (...) {
+    log::once(said, log::Level::warn, "cannot read memsnap's configuration; this process is not recorded, the job goes on");
+  }
+  return std::nullopt;
 }
 
 }  // namespace memsnap

@@ -44,6 +44,35 @@ struct HookGuard {
   ~HookGuard() { t_in_hook = false; }
 };
 
+// Who may enter: `hot` and `active` (the job's hooks) while recording, `hot` with a relaxed load
+// (record, record_from_allocator); `shutdown` (stop) whenever this is not a fork() copy.
+enum class Gate { hot, active, shutdown };
+
+// Every entry point of the job's threads: inactive or re-entered? return. Otherwise `body` runs
+// with the re-entry guard set; an exception out of it is one line (once) and the recorder steps
+// aside (stop() has stepped aside already), and the entry returns what it returns when skipped:
+// nothing, or false.
+template <Gate G, class Body>
+[[gnu::always_inline]] inline auto guarded(Recorder::Impl& s, const char* where, Body&& body) noexcept {
+  using R = decltype(body());
+  if constexpr (G == Gate::shutdown) {
+    if (t_in_hook || s.in_fork_child.load()) return R();
+  } else {
+    if (!s.active.load(G == Gate::hot ? std::memory_order_relaxed : std::memory_order_seq_cst) || t_in_hook) return R();
+  }
+  HookGuard guard;
+  try {
+    return body();
+  } catch (...) {
+    if constexpr (G == Gate::shutdown) {
+      log::once(s.warned_internal, log::Level::warn, std::string("internal error ") + where);
+    } else {
+      s.step_aside(where);
+    }
+  }
+  return R();
+}
+
 std::atomic<std::uint64_t> g_epoch{0};
 std::atomic<Recorder::Impl*> g_global_impl{nullptr};
 
@@ -97,9 +126,9 @@ void* Recorder::Impl::writer_main(void* arg) {
   t_in_hook = true;  // what this thread allocates is memsnap's own, never recorded
   std::uint32_t seen = 0;
   for (;;) {
-    s->writer_wake.wait(seen, std::memory_order_acquire);
-    seen = s->writer_wake.load(std::memory_order_acquire);
-    if (s->writer_quit.load()) break;
+    s->writer.wake_count.wait(seen, std::memory_order_acquire);
+    seen = s->writer.wake_count.load(std::memory_order_acquire);
+    if (s->writer.quit.load()) break;
     try {
       std::unique_lock lock(s->mutex);
       if (s->active.load()) {
@@ -107,51 +136,50 @@ void* Recorder::Impl::writer_main(void* arg) {
         s->publish(&lock);
       }
     } catch (...) {
-      log::once(s->warned_internal, log::Level::warn, "internal error in memsnap's writer; recording stops, the job goes on");
-      s->active.store(false);
+      s->step_aside("in memsnap's writer");
     }
   }
   return nullptr;
 }
 
 bool Recorder::Impl::writer_up() {
-  if (writer_running.load(std::memory_order_acquire)) return true;
+  if (writer.running.load(std::memory_order_acquire)) return true;
   if (!config.background_writes) return false;  // set before `active`, constant after
-  std::lock_guard lock(writer_mutex);
-  if (writer_started || writer_refused) return writer_running.load();
+  std::lock_guard lock(writer.mutex);
+  if (writer.started || writer.refused) return writer.running.load();
   // Signals are for the job's threads: this one blocks them all.
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  const int rc = pthread_create(&writer, nullptr, &Impl::writer_main, this);
+  const int rc = pthread_create(&writer.thread, nullptr, &Impl::writer_main, this);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (rc != 0) {
-    writer_refused = true;
+    writer.refused = true;
     log::write(log::Level::warn, std::string("cannot start memsnap's writer thread (") + std::strerror(rc) +
                                      "); batches are written on the job's own thread");
     return false;
   }
-  pthread_setname_np(writer, "memsnap-writer");
-  writer_started = true;
-  writer_running.store(true, std::memory_order_release);
+  pthread_setname_np(writer.thread, "memsnap-writer");
+  writer.started = true;
+  writer.running.store(true, std::memory_order_release);
   return true;
 }
 
-void Recorder::Impl::stop_writer() {
-  std::lock_guard lock(writer_mutex);
-  writer_refused = true;
-  if (!writer_started) return;
-  writer_running.store(false);
-  writer_quit.store(true);
-  wake_writer();
-  pthread_join(writer, nullptr);
-  writer_started = false;
+void detail::WriterThread::stop() {
+  std::lock_guard lock(mutex);
+  refused = true;
+  if (!started) return;
+  running.store(false);
+  quit.store(true);
+  wake();
+  pthread_join(thread, nullptr);
+  started = false;
 }
 
 ThreadBuffer* Recorder::Impl::register_this_thread(const void* owner) {
   std::lock_guard lock(mutex);
   std::shared_ptr<ThreadBuffer> buf;
-  for (auto& b : buffers) {
+  for (auto& b : rings.buffers) {
     // A retired buffer is reused once drained, so thread churn does not grow memory.
     if (b->retired.load(std::memory_order_acquire) &&
         b->head.load(std::memory_order_acquire) == b->tail.load(std::memory_order_relaxed)) {
@@ -161,8 +189,8 @@ ThreadBuffer* Recorder::Impl::register_this_thread(const void* owner) {
     }
   }
   if (buf == nullptr) {
-    buffers.push_back(std::make_shared<ThreadBuffer>(stack_slots));
-    buf = buffers.back();
+    rings.buffers.push_back(std::make_shared<ThreadBuffer>(stack_slots));
+    buf = rings.buffers.back();
   }
   // This thread's old buffer (of an earlier recorder) is retired with the reference dropped.
   if (t_slot.buffer) t_slot.buffer->retired.store(true, std::memory_order_release);
@@ -191,7 +219,7 @@ void disable_in_fork_child() {
   if (Recorder::Impl* impl = g_global_impl.load()) {
     impl->in_fork_child.store(true);
     impl->active.store(false);
-    impl->writer_running.store(false);  // the writer thread is not copied
+    impl->writer.running.store(false);  // the writer thread is not copied
   }
 }
 }  // namespace
@@ -211,8 +239,9 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
       if (!s.active.load()) return false;  // the first start said why
       s.meta.source += "+" + options.source;
       if (s.meta.device_name.empty()) s.meta.device_name = options.device_name;
-      s.trim_modules.insert(s.trim_modules.end(), options.trim_modules.begin(), options.trim_modules.end());
-      if (!s.spill.write_meta(s.meta)) s.fail_io();  // a later META record replaces the first
+      s.interner.trim_modules.insert(s.interner.trim_modules.end(), options.trim_modules.begin(),
+                                     options.trim_modules.end());
+      if (!s.io.spill.write_meta(s.meta)) s.fail_io();  // a later META record replaces the first
       s.publish(nullptr);
       return s.active.load();
     }
@@ -229,7 +258,7 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
     s.native_stacks = wants_native(config.stacks);
     s.python_stacks = wants_python(config.stacks);
     s.stack_min_bytes = static_cast<std::uint64_t>(config.stack_min_bytes);
-    s.trim_modules = options.trim_modules;
+    s.interner.trim_modules = options.trim_modules;
     s.stack_depth = static_cast<int>(std::clamp<std::int64_t>(config.stack_depth + 4, 1, kMaxDepth));
     s.stack_slots = (s.native_stacks ? s.stack_depth : 0) +
                     (s.python_stacks ? static_cast<int>(std::clamp<std::int64_t>(config.stack_depth, 1, kMaxDepth)) : 0);
@@ -250,6 +279,8 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
     m.device_name = options.device_name;
     m.config_json = config_to_json(config).dump();
     m.tool_version = kVersion;
+    // The launch that started this process (`memsnap run` names it): what a store is made of.
+    if (const char* launch_id = std::getenv("MEMSNAP_LAUNCH")) m.launch = launch_id;
     m.start_unix_ns = wall_ns();
     m.clock_offset_ns = m.start_unix_ns - now_ns();
 
@@ -315,16 +346,16 @@ bool Recorder::start(const Config& config, const LaunchInfo& launch, const Recor
       (void)ignored;
     }
 
-    if (!s.spill.open(spill_dir / spill_file_name(m.rank, m.pid)) || !s.spill.write_meta(m)) {
-      log::write(log::Level::warn, s.spill.error() + "; this run is not recorded, the job goes on");
-      s.spill.close();
+    if (!s.io.spill.open(spill_dir / spill_file_name(m.rank, m.pid)) || !s.io.spill.write_meta(m)) {
+      log::write(log::Level::warn, s.io.spill.error() + "; this run is not recorded, the job goes on");
+      s.io.spill.close();
       return false;
     }
-    s.spill.set_buffered(true);
+    s.io.spill.set_buffered(true);
     s.tsc_clock = tick_source().tsc;
-    s.tick_rate = tick_source().ns_per_tick;
-    s.tick_anchor = read_tsc();
-    s.tick_anchor_ns = now_ns();
+    s.ticks.rate = tick_source().ns_per_tick;
+    s.ticks.tick = read_tsc();
+    s.ticks.ns = now_ns();
     s.epoch = g_epoch.fetch_add(1) + 1;
     s.batch = 1;
     if (s.policy.opens_at(s.batch)) s.open_window(now_ns());
@@ -376,13 +407,13 @@ void Recorder::Impl::push(const void* owner, Action action, int device, std::uin
     if (head - b->tail.load(std::memory_order_acquire) >= b->capacity) drain(true);
     // What the drain wrote (a batch mark in the ring closes a batch) is the writer's, unless it
     // is far behind.
-    if (writer_running.load(std::memory_order_relaxed) && writer_keeps_up()) {
-      if (spill.pending_bytes() > 0) wake_writer();
+    if (writer.running.load(std::memory_order_relaxed) && io.keeps_up()) {
+      if (io.spill.pending_bytes() > 0) writer.wake();
     } else {
       publish(&lock);
     }
-  } else if (used == b->capacity / 2 && writer_running.load(std::memory_order_relaxed)) [[unlikely]] {
-    wake_writer();  // a long batch: drained while it runs, so this thread need not
+  } else if (used == b->capacity / 2 && writer.running.load(std::memory_order_relaxed)) [[unlikely]] {
+    writer.wake();  // a long batch: drained while it runs, so this thread need not
   }
   const std::size_t slot = head & b->mask;
   Event& e = b->events[slot];
@@ -414,14 +445,10 @@ bool Recorder::start_from_environment(const std::string& config_path, const Reco
     const EnvLookup env = process_env();
     const LaunchInfo launch = detect_launch(env);
     log::set_rank(launch.rank);
-    Config config;
-    try {
-      config = load_config(config_path, env);
-    } catch (const ConfigError& e) {
-      log::write(log::Level::warn, std::string(e.what()) + "; this run is not recorded, the job goes on");
-      return false;
-    }
-    return start(config, launch, options);
+    // A config that does not load means "do not record", never "record with the defaults".
+    const std::optional<Config> config = recording_config(config_path, env);
+    if (!config) return false;
+    return start(*config, launch, options);
   } catch (...) {
     log::write(log::Level::warn, "could not start; this run is not recorded, the job goes on");
     return false;
@@ -430,37 +457,24 @@ bool Recorder::start_from_environment(const std::string& config_path, const Reco
 
 void Recorder::record(Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) noexcept {
   Impl& s = *impl_;
-  if (!s.active.load(std::memory_order_relaxed) || t_in_hook) return;
-  HookGuard guard;
-  try {
-    s.push(this, action, device, addr, size, stream, 0, {});
-  } catch (...) {
-    log::once(s.warned_internal, log::Level::warn, "internal error while recording; recording stops, the job goes on");
-    s.active.store(false);
-  }
+  guarded<Gate::hot>(s, "while recording", [&] { s.push(this, action, device, addr, size, stream, 0, {}); });
 }
 
 void Recorder::record_from_allocator(Action action, int device, std::uint64_t addr, std::uint64_t size,
                                      std::uint64_t stream, std::span<const std::uintptr_t> foreign,
                                      std::uint64_t tsc_ticks) noexcept {
   Impl& s = *impl_;
-  if (!s.active.load(std::memory_order_relaxed) || t_in_hook) return;
-  HookGuard guard;
-  try {
-    if (!s.allocator_trace_seen.load(std::memory_order_relaxed)) s.allocator_trace_seen.store(true, std::memory_order_relaxed);
+  guarded<Gate::hot>(s, "while recording", [&] {
+    auto& seen = s.rings.allocator_trace_seen;
+    if (!seen.load(std::memory_order_relaxed)) seen.store(true, std::memory_order_relaxed);
     s.push(this, action, device, addr, size, stream, kFromAllocatorTrace, foreign, tsc_ticks);
-  } catch (...) {
-    log::once(s.warned_internal, log::Level::warn, "internal error while recording; recording stops, the job goes on");
-    s.active.store(false);
-  }
+  });
 }
 
 void Recorder::record_oom(int device, std::uint64_t requested, std::uint64_t device_free,
                           std::uint64_t device_total, std::uint64_t stream) noexcept {
   Impl& s = *impl_;
-  if (!s.active.load() || t_in_hook) return;
-  HookGuard guard;
-  try {
+  guarded<Gate::active>(s, "at an OOM", [&] {
     std::lock_guard lock(s.mutex);
     if (!s.active.load()) return;
     s.drain();
@@ -471,7 +485,7 @@ void Recorder::record_oom(int device, std::uint64_t requested, std::uint64_t dev
       if (s.meta.device_total_bytes.size() <= static_cast<std::size_t>(device)) s.meta.device_total_bytes.resize(device + 1);
       s.meta.device_total_bytes[device] = device_total;
       // A later META record replaces the first: the reader learns the device's total.
-      if (!s.spill.write_meta(s.meta)) s.fail_io();
+      if (!s.io.spill.write_meta(s.meta)) s.fail_io();
     }
     log::write(log::Level::warn, "out of memory on device " + std::to_string(device) + " in batch " +
                                      std::to_string(s.batch) + " (requested " + std::to_string(requested) +
@@ -482,10 +496,7 @@ void Recorder::record_oom(int device, std::uint64_t requested, std::uint64_t dev
       s.write_adhoc_window(true);
     }
     s.publish(nullptr);  // on disk before the job reacts to its OOM
-  } catch (...) {
-    log::once(s.warned_internal, log::Level::warn, "internal error at an OOM; recording stops, the job goes on");
-    s.active.store(false);
-  }
+  });
 }
 
 void Recorder::batch_marks_expected() noexcept { impl_->explicit_batch_marks.store(true, std::memory_order_relaxed); }
@@ -502,14 +513,12 @@ void Recorder::step() noexcept {
 
 void Recorder::end_batch() noexcept {
   Impl& s = *impl_;
-  if (!s.active.load() || t_in_hook) return;
-  HookGuard guard;
-  try {
+  guarded<Gate::active>(s, "at a batch step", [&] {
     // The batch ends here in this thread's stream of events; whoever drains next ends it there:
     // the writer thread, woken now, or this thread.
     s.push(this, Action::snapshot, -1, 0, 0, 0, kBatchMark, {});
     if (s.writer_up()) {
-      s.wake_writer();
+      s.writer.wake();
       return;
     }
     std::unique_lock lock(s.mutex);
@@ -517,44 +526,33 @@ void Recorder::end_batch() noexcept {
       s.drain();
       s.publish(&lock);
     }
-  } catch (...) {
-    log::once(s.warned_internal, log::Level::warn, "internal error at a batch step; recording stops, the job goes on");
-    s.active.store(false);
-  }
+  });
 }
 
 bool Recorder::dump() noexcept {
   Impl& s = *impl_;
-  if (!s.active.load() || t_in_hook) return false;
-  HookGuard guard;
-  try {
+  return guarded<Gate::active>(s, "at a dump", [&] {
     std::lock_guard lock(s.mutex);
     if (!s.active.load()) return false;
     s.drain();
     const bool ok = s.window_open ? s.close_window(s.batch, false, now_ns()) : s.write_adhoc_window(false);
     return s.publish(nullptr) && ok;
-  } catch (...) {
-    log::once(s.warned_internal, log::Level::warn, "internal error at a dump; recording stops, the job goes on");
-    s.active.store(false);
-    return false;
-  }
+  });
 }
 
 void Recorder::stop() noexcept {
   Impl& s = *impl_;
-  if (t_in_hook || s.in_fork_child.load()) return;
-  HookGuard guard;
-  try {
-    s.stop_writer();  // outside the lock, which the writer takes
+  guarded<Gate::shutdown>(s, "at shutdown", [&] {
+    s.writer.stop();  // outside the lock, which the writer takes
     std::lock_guard lock(s.mutex);
     if (s.stopped || !s.started) return;
     s.stopped = true;
     const bool was_active = s.active.exchange(false);
-    if (!was_active || !s.spill.is_open()) return;
+    if (!was_active || !s.io.spill.is_open()) return;
     s.drain();
     // A window still open when the job ends closes at the batch that was running.
     if (s.window_open && !s.close_window(s.batch, false, now_ns())) return;
-    if (!s.spill.write_end(process_used_mpi()) || !s.spill.sync()) {
+    if (!s.io.spill.write_end(process_used_mpi()) || !s.io.spill.sync()) {
       s.fail_io();
       return;
     }
@@ -562,9 +560,16 @@ void Recorder::stop() noexcept {
     s.close_spill();
     if (s.lock_fd >= 0) ::close(s.lock_fd);
     s.lock_fd = -1;
+  });
+}
+
+void Recorder::Impl::step_aside(const char* where) noexcept {
+  try {
+    log::once(warned_internal, log::Level::warn,
+              std::string("internal error ") + where + "; recording stops, the job goes on");
   } catch (...) {
-    log::once(s.warned_internal, log::Level::warn, "internal error at shutdown");
   }
+  active.store(false);
 }
 
 bool Recorder::active() const noexcept { return impl_->active.load(); }
@@ -586,9 +591,9 @@ RecorderStats Recorder::stats() const noexcept {
     out.written = s.events_written;
     out.dropped = s.dropped_total + (s.history ? s.history->dropped() : 0) * (s.window_open ? 1 : 0);
     out.windows = s.windows_written;
-    out.live_allocations = s.live.size();
-    out.live_bytes = s.live_bytes;
-    out.spill_path = s.spill.path().string();
+    out.live_allocations = s.live.allocs.size();
+    out.live_bytes = s.live.bytes;
+    out.spill_path = s.io.spill.path().string();
   } catch (...) {
   }
   return out;

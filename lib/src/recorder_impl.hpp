@@ -1,6 +1,8 @@
 // The recorder's inside, shared by its two halves: recorder.cpp (the job's threads: the hot path
 // into per-thread rings, start, stop, the writer thread) and recorder_drain.cpp (the consumer:
-// rings drained in time order into live tables, the window history and the spill).
+// rings drained in time order into live tables, the window history and the spill). Its parts:
+// the rings (Rings, ThreadBuffer), the spill and its I/O (SpillIo), the writer thread
+// (WriterThread), what is live (LiveState) and the stack interner (stack_interner.hpp).
 #pragma once
 
 #include <atomic>
@@ -9,15 +11,15 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <pthread.h>
 
-#include "live_table.hpp"
+#include "memsnap/detail/flat_map.hpp"
 #include "memsnap/record.hpp"
 #include "memsnap/recorder.hpp"
 #include "memsnap/spill.hpp"
+#include "stack_interner.hpp"
 #include "stacks.hpp"
 
 namespace memsnap {
@@ -82,23 +84,87 @@ inline int dedupe_kind(const Event& e) {
 // Set by Recorder::set_foreign_frame_resolver: names the frames a source captured itself.
 extern std::atomic<ForeignFrameResolver> g_foreign_resolver;
 
-inline std::uint64_t live_key(int device, std::uint64_t addr) {
-  return addr ^ (static_cast<std::uint64_t>(static_cast<std::uint16_t>(device + 1)) << 48);
-}
+// The rings of the job's threads, one each, and the drain's view of them. Under the recorder's
+// lock, except allocator_trace_seen.
+struct Rings {
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  // Set by the first allocator-trace event, before it is in a ring: a ring's first drain already
+  // holds back CUPTI's trailing segment events. Written once, read per drain.
+  std::atomic<bool> allocator_trace_seen{false};
+  struct Run {
+    ThreadBuffer* b;
+    std::uint64_t next, end;
+  };
+  std::vector<Run> runs;  // the drain's rings with events, reused
+};
 
-struct StackKeyHash {
-  std::size_t operator()(const std::vector<std::uintptr_t>& v) const noexcept {
-    std::size_t h = 1469598103934665603ull;
-    for (auto pc : v) h = (h ^ pc) * 1099511628211ull;
-    return h;
+// Hot-path ticks to ns (see TickSource): the last anchor and the rate since the one before.
+struct TickAnchor {
+  std::uint64_t tick = 0;
+  std::int64_t ns = 0;
+  double rate = 1.0;
+};
+
+// The writer thread (config.background_writes): a batch end, or a ring half full, wakes it; it
+// drains, writes and syncs, so the job's threads only fill their rings. Started at the first
+// batch end (Recorder::Impl::writer_up); without it the thread that ends a batch drains in place.
+struct WriterThread {
+  std::mutex mutex;  // its start and stop
+  pthread_t thread{};
+  bool started = false;  // under mutex
+  bool refused = false;  // stopped, or it could not start
+  std::atomic<bool> running{false};
+  std::atomic<bool> quit{false};
+  std::atomic<std::uint32_t> wake_count{0};
+
+  void wake() noexcept {
+    wake_count.fetch_add(1, std::memory_order_release);
+    wake_count.notify_one();
   }
+  // Ends the thread; what it left in the rings is drained by the caller.
+  void stop();
+};
+
+// The spill and its I/O. The spill is buffered (SpillWriter::set_buffered): what the recorder
+// appends under its lock reaches the file through Recorder::Impl::publish, under `mutex`.
+struct SpillIo {
+  SpillWriter spill;
+  // The spill's file descriptor (writes, sync, close). Taken after the recorder's lock when both
+  // are held.
+  std::mutex mutex;
+  std::vector<char> bytes;                // under mutex: the records being written
+  std::atomic<std::size_t> in_flight{0};  // their size while they are
+  // A full ring's drain leaves the writing to the writer thread, unless this much is waiting or
+  // being written: then the draining thread waits for the disk too. Every recording thread is
+  // held back alike, so that no batch outgrows max_entries because its end was held back.
+  static constexpr std::size_t kMaxPendingBytes = std::size_t{16} << 20;
+  bool keeps_up() const {
+    return spill.pending_bytes() + in_flight.load(std::memory_order_relaxed) < kMaxPendingBytes;
+  }
+};
+
+// What is live now: allocations and reserved segments, by live_key. Under the recorder's lock.
+using LiveTable = FlatMap<LiveAlloc>;
+struct LiveState {
+  LiveTable allocs{1024};
+  LiveTable segments{1024};
+  std::uint64_t bytes = 0;  // of allocs
+
+  // Live tracking for one event. A source that frees by address only (CUPTI: cudaFree(ptr))
+  // records size 0; the size is the allocation's, found by the same lookup.
+  void apply(Event& e);
+  // Segments and allocations, oldest first: the LIVE record's order.
+  std::vector<LiveAlloc> snapshot() const;
+  // What was live before `history`'s events: live now, with them undone.
+  std::vector<LiveAlloc> before(const EventRing& history) const;
+  // Allocator state at window end: each live segment with the live allocations inside it.
+  std::vector<Segment> segment_state() const;
 };
 
 }  // namespace detail
 
 struct Recorder::Impl {
   using ThreadBuffer = detail::ThreadBuffer;
-  using StackKeyHash = detail::StackKeyHash;
 
   // Read on every hot-path call.
   std::atomic<bool> active{false};
@@ -114,60 +180,25 @@ struct Recorder::Impl {
   std::atomic<bool> explicit_batch_marks{false};
   std::uint64_t epoch = 0;
 
-  std::mutex mutex;  // everything below; taken only by memsnap's own code
-  // The spill's file descriptor (writes, sync, close). Taken after `mutex` when both are held.
-  std::mutex io_mutex;
-  std::vector<char> io_bytes;  // under io_mutex: the records being written
-  std::atomic<std::size_t> io_in_flight{0};  // their size while they are
-  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  std::mutex mutex;  // everything below but `io` and `writer`; taken only by memsnap's own code
+  detail::SpillIo io;
+  detail::Rings rings;
+  detail::WriterThread writer;
   bool started = false;
   bool stopped = false;
   Config config;
   RankMeta meta;
+  detail::TickAnchor ticks;
+
+  // The window schedule and the open window's history.
   WindowPolicy policy{1, 3, 0};
-  SpillWriter spill;
   std::int64_t batch = 1;
   bool window_open = false;
   std::uint32_t window_id = 0;  // id of the open window, or the next one
-  std::uint64_t window_dropped = 0;
   std::unique_ptr<EventRing> history;
-  LiveTable live;      // allocations
-  LiveTable segments;  // reserved memory
-  std::uint64_t live_bytes = 0;
+  detail::LiveState live;
+  detail::StackInterner interner;  // native stacks, interned by value; symbolised when written
   std::uint64_t events_seen = 0, events_written = 0, dropped_total = 0, windows_written = 0;
-  // Set by the first allocator-trace event, before it is in a ring: a ring's first drain already
-  // holds back CUPTI's trailing segment events. Written once, read per drain.
-  std::atomic<bool> allocator_trace_seen{false};
-  // Hot-path ticks to ns (see TickSource): the last anchor and the rate since the one before.
-  std::uint64_t tick_anchor = 0;
-  std::int64_t tick_anchor_ns = 0;
-  double tick_rate = 1.0;
-  struct Run {
-    ThreadBuffer* b;
-    std::uint64_t next, end;
-  };
-  std::vector<Run> runs;  // the drain's rings with events, reused
-
-  // The writer thread (config.background_writes): a batch end, or a ring half full, wakes it; it
-  // drains, writes and syncs, so the job's threads only fill their rings. Started at the first
-  // batch end; without it the thread that ends a batch drains in place.
-  std::mutex writer_mutex;  // its start and stop
-  pthread_t writer{};
-  bool writer_started = false;  // under writer_mutex
-  bool writer_refused = false;  // stopped, or it could not start
-  std::atomic<bool> writer_running{false};
-  std::atomic<bool> writer_quit{false};
-  std::atomic<std::uint32_t> writer_wake{0};
-
-  // Native stacks: raw return-address stacks interned by value; symbolised when written.
-  std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackKeyHash> stack_ids;
-  std::vector<std::vector<std::uintptr_t>> raw_stacks;
-  std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackKeyHash> raw_stack_ids;  // untrimmed
-  std::vector<std::uintptr_t> raw_key;
-  std::unordered_map<std::uintptr_t, std::uint32_t> frame_ids;
-  std::vector<Frame> frames;
-  std::unique_ptr<stacks::Symbolizer> symbolizer;
-  std::size_t frames_written = 0, stacks_written = 0;
   std::atomic<bool> warned_io{false}, warned_internal{false};
 
   // tsc_ticks: the caller's own TSC reading of the event (0: read it here); used where the
@@ -175,31 +206,13 @@ struct Recorder::Impl {
   void push(const void* owner, Action action, int device, std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
             std::uint8_t flags, std::span<const std::uintptr_t> foreign, std::uint64_t tsc_ticks = 0);
 
-  void wake_writer() noexcept {
-    writer_wake.fetch_add(1, std::memory_order_release);
-    writer_wake.notify_one();
-  }
-
-  static void* writer_main(void* arg);
-
-  // True while the writer thread runs; starts it on the first call that wants it.
-  bool writer_up();
-
-  // Ends the writer thread; what it left in the rings is drained by the caller.
-  void stop_writer();
-
   // This thread's first event for this recorder: a ring of its own (the hot path checks a
   // thread-local cache first).
   [[gnu::noinline]] ThreadBuffer* register_this_thread(const void* owner);
 
-  std::vector<std::string> trim_modules;
-  bool in_trimmed_module(std::uintptr_t pc) const;
-
-  std::uint32_t intern_stack(const std::uintptr_t* pcs, int depth);
-
-  // Live tracking for one event. A source that frees by address only (CUPTI: cudaFree(ptr))
-  // records size 0; the size is the allocation's, found by the same lookup.
-  void apply_live(Event& e);
+  static void* writer_main(void* arg);
+  // True while the writer thread runs; starts it on the first call that wants it.
+  bool writer_up();
 
   // Moves every thread's pending events, in time order, into live tracking and the history.
   //
@@ -215,38 +228,22 @@ struct Recorder::Impl {
   // conversion keeps the order) into the tables, converting each event's time as it goes.
   void drain(bool hold_back = false);
 
-  // Segments and allocations of two tables, oldest first: the LIVE record's order.
-  static std::vector<LiveAlloc> listed(const LiveTable& segs, const LiveTable& allocs);
-
-  std::vector<LiveAlloc> live_snapshot() const;
-
-  // What was live before the events now in the history: live now, with the history undone.
-  std::vector<LiveAlloc> live_before_history() const;
-
-  // Allocator state at window end: each live segment with the live allocations inside it.
-  std::vector<Segment> segment_state() const;
-
+  // An internal error in an entry point or the writer thread: one line (once), then the job
+  // runs on unrecorded. `where`: "while recording", "at an OOM", ...
+  [[gnu::cold, gnu::noinline]] void step_aside(const char* where) noexcept;
   // Steps aside after a write failure: one line, then the job runs on unrecorded.
   void fail_io();
-  // Closes the spill once no write of it is in flight (under io_mutex).
+  // Closes the spill once no write of it is in flight (under io.mutex).
   void close_spill();
 
-  // The spill is buffered (SpillWriter::set_buffered): what the drain and the window records
-  // append under `mutex` reaches the file here, in order, under `io_mutex`. With `lock` (held on
-  // entry and on return) `mutex` is let go while the bytes are written and synced: the job's
-  // threads drain their rings meanwhile instead of waiting on the disk. Without it (start, OOM,
-  // dump, stop) the write is done before the caller goes on. False after a failed write, which
-  // has stepped aside.
+  // What the drain and the window records append under `mutex` reaches the file here, in order,
+  // under `io.mutex`. With `lock` (held on entry and on return) `mutex` is let go while the bytes
+  // are written and synced: the job's threads drain their rings meanwhile instead of waiting on
+  // the disk. Without it (start, OOM, dump, stop) the write is done before the caller goes on.
+  // False after a failed write, which has stepped aside.
   bool publish(std::unique_lock<std::mutex>* lock);
-  // A full ring's drain leaves the writing to the writer thread, unless this much is waiting or
-  // being written: then the draining thread waits for the disk too. Every recording thread is
-  // held back alike, so that no batch outgrows max_entries because its end was held back.
-  static constexpr std::size_t kMaxPendingBytes = std::size_t{16} << 20;
-  bool writer_keeps_up() const {
-    return spill.pending_bytes() + io_in_flight.load(std::memory_order_relaxed) < kMaxPendingBytes;
-  }
 
-  bool write_new_stacks();
+  bool write_new_stacks() { return stack_slots == 0 || interner.write_new(io.spill); }
 
   bool flush_history();
 

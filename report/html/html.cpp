@@ -146,12 +146,11 @@ std::string string_field(const json& data, const char* key, const char* fallback
   return v && v->is_string() ? v->get<std::string>() : fallback;
 }
 
-std::string page(const std::string& title, const char* body_class, const json& view,
-                 const char* page_script) {
-  using detail::web_asset;
+// The page up to and including its data block. `rest` is what follows: page_tail's scripts.
+std::string page_head(const std::string& title, const char* body_class, const json& view) {
   std::string out;
   const std::string data = json_for_script(view);
-  out.reserve(data.size() + 200000);
+  out.reserve(data.size() + 20000);
   out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   // The page must work offline and must not be steerable by its data: nothing may be fetched.
@@ -160,20 +159,57 @@ std::string page(const std::string& title, const char* body_class, const json& v
          "base-uri 'none'; form-action 'none'\">\n";
   out += "<meta name=\"generator\" content=\"memsnap\">\n";
   out += "<title>" + escape_html(title) + "</title>\n<style>\n";
-  out += web_asset("common.css");
+  out += detail::web_asset("common.css");
   out += "</style>\n</head>\n<body class=\"";
   out += body_class;
   out += "\">\n<script>\n";
-  out += web_asset("boot.js");
+  out += detail::web_asset("boot.js");
   out += "</script>\n<noscript>This memsnap report needs JavaScript to draw its charts.</noscript>\n";
   out += "<div id=\"app\"></div>\n<script type=\"application/json\" id=\"memsnap-data\">";
   out += data;
-  out += "</script>\n<script>\n";
-  out += web_asset("common.js");
-  out += "</script>\n<script>\n";
-  out += web_asset(page_script);
-  out += "</script>\n</body>\n</html>\n";
+  out += "</script>\n";
   return out;
+}
+
+// The rank page's scripts, in the order they run: the shared helpers, the window's data model,
+// one file per view, and rank.js, which puts the views on the page.
+constexpr const char* kRankScripts[] = {"common.js",        "flame.js",         "rank_model.js",  "rank_header.js",
+                                        "rank_findings.js", "rank_timeline.js", "rank_flame.js",  "rank_segments.js",
+                                        "rank_sites.js",    "rank.js"};
+constexpr const char* kCrossScripts[] = {"common.js", "cross.js"};
+
+// The scripts after the data block, each in its own element; `findings` (when not null) is a
+// second data block the scripts read (the rank page's findings, known only once every rank's
+// window is analysed).
+template <std::size_t N>
+std::string page_tail(const json* findings, const char* const (&scripts)[N]) {
+  using detail::web_asset;
+  std::string out;
+  if (findings != nullptr) {
+    out += "<script type=\"application/json\" id=\"memsnap-findings\">";
+    out += json_for_script(*findings);
+    out += "</script>\n";
+  }
+  for (const char* script : scripts) {
+    out += "<script>\n";
+    out += web_asset(script);
+    out += "</script>\n";
+  }
+  out += "</body>\n</html>\n";
+  return out;
+}
+
+std::string rank_title(const json& data) {
+  std::string title = "memsnap · " + string_field(data, "run_name", "run");
+  if (const json* r = member(data, "rank"); r && is_int(*r)) title += " · rank " + std::to_string(as_i64(*r));
+  const json* b0 = member(data, "batch_start");
+  const json* b1 = member(data, "batch_end");
+  if (b0 && b1 && is_int(*b0) && is_int(*b1))
+    title += " · batches " + std::to_string(as_i64(*b0)) + "–" + std::to_string(as_i64(*b1));
+  // Invalid UTF-8 in a title would otherwise pass through; the JSON dump replaces it, so go
+  // through it for the title as well.
+  const std::string safe_title = json(title).dump(-1, ' ', false, json::error_handler_t::replace);
+  return json::parse(safe_title).get<std::string>();
 }
 
 }  // namespace
@@ -230,24 +266,25 @@ std::string escape_html(std::string_view text) {
   return out;
 }
 
-std::string render_rank_page(const nlohmann::json& data) {
-  std::string title = "memsnap · " + string_field(data, "run_name", "run");
-  if (const json* r = member(data, "rank"); r && is_int(*r)) title += " · rank " + std::to_string(as_i64(*r));
-  const json* b0 = member(data, "batch_start");
-  const json* b1 = member(data, "batch_end");
-  if (b0 && b1 && is_int(*b0) && is_int(*b1))
-    title += " · batches " + std::to_string(as_i64(*b0)) + "–" + std::to_string(as_i64(*b1));
-  // Invalid UTF-8 in a title would otherwise pass through; the JSON dump replaces it, so go
-  // through it for the title as well.
-  const std::string safe_title = json(title).dump(-1, ' ', false, json::error_handler_t::replace);
-  return page(json::parse(safe_title).get<std::string>(), "page-rank", rank_view(data), "rank.js");
+std::string render_rank_page_head(const nlohmann::json& data) {
+  return page_head(rank_title(data), "page-rank", rank_view(data));
+}
+
+std::string render_rank_page_tail(const nlohmann::json& findings) {
+  static const json none = json::array();
+  return page_tail(findings.is_array() ? &findings : &none, kRankScripts);
+}
+
+std::string render_rank_page(const nlohmann::json& data, const nlohmann::json& findings) {
+  return render_rank_page_head(data) + render_rank_page_tail(findings);
 }
 
 std::string render_cross_page(const nlohmann::json& data) {
   const std::string title = "memsnap · " + string_field(data, "run_name", "run") + " · all ranks";
   const std::string safe_title = json(title).dump(-1, ' ', false, json::error_handler_t::replace);
   static const json empty = json::object();
-  return page(json::parse(safe_title).get<std::string>(), "page-cross", data.is_object() ? data : empty, "cross.js");
+  return page_head(json::parse(safe_title).get<std::string>(), "page-cross", data.is_object() ? data : empty) +
+         page_tail(nullptr, kCrossScripts);
 }
 
 }  // namespace memsnap::report

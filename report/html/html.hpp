@@ -13,7 +13,14 @@ namespace memsnap::report {
 /// A complete HTML document for one rank's window (the "rank page" data contract, described at
 /// the top of html.cpp). Does not throw on odd data: missing fields render as "not recorded".
 /// All scripts and styles are inlined; the page loads nothing when viewed.
-std::string render_rank_page(const nlohmann::json& data);
+/// `findings`: the findings about this rank and window (summary.json's, each with "anchor"),
+/// shown first on the page; an array, else none.
+std::string render_rank_page(const nlohmann::json& data, const nlohmann::json& findings = nlohmann::json::array());
+
+/// The same page in two parts, head + tail: the head (everything up to the page's data) can be
+/// written before the findings are known, the tail appended once they are.
+std::string render_rank_page_head(const nlohmann::json& data);
+std::string render_rank_page_tail(const nlohmann::json& findings);
 
 /// A complete HTML document comparing all ranks of a run (data contract: "Cross-rank page").
 std::string render_cross_page(const nlohmann::json& data);

@@ -1,10 +1,12 @@
 // Builds the rank page's data from one recorded window: allocation bands (the largest one by one,
 // the rest summed into one band), total allocated/reserved series, allocator state, sites.
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 
 #include "html/html.hpp"
 #include "memsnap/report.hpp"
+#include "memsnap/window_replay.hpp"
 
 namespace memsnap {
 namespace {
@@ -16,6 +18,7 @@ struct Interval {
   std::int64_t start = 0, end = -1;  // end -1: live at window end
   std::uint32_t stack = kNoStack;
   std::int16_t device = 0;
+  bool in_window = false;  // made by an alloc event of the window, not live at its open
 };
 
 // A step series reduced to about `limit` points, keeping each bucket's highest value so that
@@ -77,67 +80,37 @@ std::vector<std::uint64_t> levels_at_equal_steps(const std::vector<std::int64_t>
 }  // namespace
 
 json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowStats& s, const std::string& run_name,
-                    int world_size, std::size_t max_bands, const json& links, WindowDigest* digest) {
+                    int world_size, std::size_t max_bands, const json& links, PageDigest* digest) {
   const std::int64_t t0 = w.open_time_ns;
   std::int64_t t1 = w.close_time_ns;
   for (const auto& e : w.events) t1 = std::max(t1, e.time_ns);
   for (const auto& b : w.batches) t1 = std::max(t1, b.time_ns);
   if (t1 <= t0) t1 = t0 + 1;
 
-  // Allocation lifetimes, and the allocated/reserved series, in one replay.
-  const Action free_at = free_action(w);
+  // Allocation lifetimes, and the allocated/reserved series, in one replay: an allocation's
+  // interval is the one its LiveBlock::serial numbers.
   std::vector<Interval> intervals;
-  std::unordered_map<std::uint64_t, std::size_t> open;  // key -> interval
-  std::unordered_map<std::uint64_t, std::uint64_t> segs;
-  std::uint64_t allocated = 0, reserved = 0;
-  for (const auto& a : w.live_at_start) {
-    const auto key = live_key(a.device, a.addr);
-    if (a.is_segment) {
-      if (segs.emplace(key, a.size).second) reserved += a.size;
-      continue;
-    }
-    if (open.count(key)) continue;
-    open[key] = intervals.size();
-    intervals.push_back(Interval{a.addr, a.size, a.stream, std::min(a.time_ns > 0 ? a.time_ns : t0, t0), -1, a.stack_id, a.device});
-    allocated += a.size;
-  }
+  WindowReplay replay(w);
+  replay.restart([&](const LiveAlloc& a, const LiveBlock&) {
+    intervals.push_back(
+        Interval{a.addr, a.size, a.stream, std::min(a.time_ns > 0 ? a.time_ns : t0, t0), -1, a.stack_id, a.device, false});
+  });
   std::vector<std::int64_t> series_t{t0};
-  std::vector<std::uint64_t> series_alloc{allocated}, series_res{reserved};
+  std::vector<std::uint64_t> series_alloc{replay.allocated()}, series_res{replay.reserved()};
   json ooms = json::array();
-  for (const auto& e : w.events) {
-    const auto key = live_key(e.device, e.addr);
-    if (e.action == Action::alloc) {
-      if (auto it = open.find(key); it != open.end()) {
-        intervals[it->second].end = e.time_ns;
-        allocated -= intervals[it->second].size;
-      }
-      open[key] = intervals.size();
-      intervals.push_back(Interval{e.addr, e.size, e.stream, e.time_ns, -1, e.stack_id, e.device});
-      allocated += e.size;
-    } else if (e.action == free_at) {
-      if (auto it = open.find(key); it != open.end()) {
-        intervals[it->second].end = e.time_ns;
-        allocated -= intervals[it->second].size;
-        open.erase(it);
-      }
-    } else if (e.action == Action::segment_alloc || e.action == Action::segment_map) {
-      if (auto [it, inserted] = segs.emplace(key, e.size); inserted) {
-        reserved += e.size;
-      }
-    } else if (e.action == Action::segment_free || e.action == Action::segment_unmap) {
-      if (auto it = segs.find(key); it != segs.end()) {
-        reserved -= it->second;
-        segs.erase(it);
-      }
-    } else if (e.action == Action::oom) {
+  while (!replay.done()) {
+    const Event& e = w.events[replay.applied()];
+    const ReplayStep step = replay.step();
+    if (step.kind == ReplayStep::oom) {
       ooms.push_back({{"time_ns", e.time_ns}, {"size", e.size}, {"device_free", e.addr}, {"device", e.device}});
       continue;
-    } else {
-      continue;
     }
+    if (step.kind == ReplayStep::none) continue;
+    if (step.ended && (step.kind == ReplayStep::alloc || step.kind == ReplayStep::free)) intervals[step.old.serial].end = e.time_ns;
+    if (step.kind == ReplayStep::alloc) intervals.push_back(Interval{e.addr, e.size, e.stream, e.time_ns, -1, e.stack_id, e.device, true});
     series_t.push_back(e.time_ns);
-    series_alloc.push_back(allocated);
-    series_res.push_back(reserved);
+    series_alloc.push_back(replay.allocated());
+    series_res.push_back(replay.reserved());
   }
   if (!s.reserved_seen) series_res = series_alloc;  // the source saw no segments
 
@@ -153,14 +126,21 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
   std::vector<bool> is_band(intervals.size(), false);
   for (auto i : order) is_band[i] = true;
 
-  // Frames and stacks referenced by the page, renumbered compactly.
-  std::unordered_map<std::uint32_t, int> stack_map, frame_map;
+  // Frames and stacks referenced by the page, renumbered compactly. An allocation the autograd
+  // engine made without Python frames in a window that has them (made_without_python) gets a
+  // page stack of its own, named by the site and category the analysis gives it.
+  const bool python_window = python_frames_recorded(rank, w);
+  std::unordered_map<std::uint64_t, int> stack_map;
+  std::unordered_map<std::uint32_t, int> frame_map;
+  std::unordered_map<std::string, int> site_index;
+  json site_names = json::array(), stack_sites = json::array();
   json frames_name = json::array(), frames_file = json::array(), frames_line = json::array(), stacks = json::array();
-  auto use_stack = [&](std::uint32_t id) -> int {
-    if (id >= rank.stacks.size()) return -1;
-    if (auto it = stack_map.find(id); it != stack_map.end()) return it->second;
+  auto use_stack = [&](std::uint32_t id, bool engine) -> int {
+    if (id >= rank.stacks.size() && !engine) return -1;
+    const std::uint64_t page_key = (static_cast<std::uint64_t>(engine) << 32) | id;
+    if (auto it = stack_map.find(page_key); it != stack_map.end()) return it->second;
     json frames = json::array();
-    for (auto f : rank.stacks[id]) {
+    for (auto f : id < rank.stacks.size() ? rank.stacks[id] : Stack{}) {
       if (f >= rank.frames.size()) continue;
       auto [it, inserted] = frame_map.try_emplace(f, static_cast<int>(frame_map.size()));
       if (inserted) {
@@ -172,11 +152,18 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
     }
     const int mine = static_cast<int>(stacks.size());
     stacks.push_back(std::move(frames));
-    stack_map[id] = mine;
+    // The stack's site, as the analysis names it (findings name sites): the page finds a
+    // finding's allocations by it.
+    auto [site, added] = site_index.try_emplace(engine ? std::string(kNoPythonFramesSite) : site_name(rank, id),
+                                                static_cast<int>(site_index.size()));
+    if (added) site_names.push_back(site->first);
+    stack_sites.push_back(site->second);
+    stack_map[page_key] = mine;
     return mine;
   };
   std::unordered_map<std::uint32_t, int> category_of_stack;
-  auto category = [&](std::uint32_t id) {
+  auto category = [&](std::uint32_t id, bool engine) {
+    if (engine) return static_cast<int>(Category::gradients);
     auto [it, inserted] = category_of_stack.try_emplace(id, 0);
     if (inserted) it->second = static_cast<int>(categorize(rank, id));
     return it->second;
@@ -192,8 +179,9 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
     a_end.push_back(v.end);
     a_stream.push_back(v.stream);
     a_device.push_back(v.device);
-    a_stack.push_back(use_stack(v.stack));
-    a_cat.push_back(category(v.stack));
+    const bool engine = made_without_python(rank, v.stack, v.in_window, python_window);
+    a_stack.push_back(use_stack(v.stack, engine));
+    a_cat.push_back(category(v.stack, engine));
   }
 
   // The summed band: bytes held by the allocations not drawn one by one.
@@ -247,7 +235,7 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
   for (const auto& seg : w.segments) {
     json blocks = json::array();
     for (const auto& b : seg.blocks) {
-      blocks.push_back({{"addr", b.addr}, {"size", b.size}, {"state", b.state}, {"stack", use_stack(b.stack_id)}});
+      blocks.push_back({{"addr", b.addr}, {"size", b.size}, {"state", b.state}, {"stack", use_stack(b.stack_id, false)}});
     }
     segments.push_back({{"addr", seg.addr}, {"size", seg.size}, {"stream", seg.stream}, {"device", seg.device},
                         {"pool", seg.pool}, {"blocks", std::move(blocks)}});
@@ -255,33 +243,59 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
 
   json sites = json::array();
   for (const auto& site : s.sites) {
-    sites.push_back({{"name", site.name}, {"stack", use_stack(site.stack_id)}, {"bytes", site.bytes_at_peak},
+    sites.push_back({{"name", site.name}, {"stack", use_stack(site.stack_id, site.name == kNoPythonFramesSite)}, {"bytes", site.bytes_at_peak},
                      {"count", site.count_at_peak}, {"category", static_cast<int>(site.category)},
                      {"bytes_allocated", site.bytes_allocated}, {"allocations", site.allocations}});
   }
+  // The flame graph's data (flame.js): the bytes live at the window's allocated peak by page stack
+  // and category, from every allocation live then (those summed into one band too), so that they
+  // add up to the peak. A second replay, stopped where the allocated level first reaches its
+  // highest (where the analysis puts the peak). Largest first.
+  json flame = {{"bytes_total", 0}, {"stack", json::array()}, {"category", json::array()}, {"bytes", json::array()}};
+  {
+    const std::uint64_t top = series_alloc.empty() ? 0 : *std::max_element(series_alloc.begin(), series_alloc.end());
+    WindowReplay at_peak(w);
+    while (at_peak.allocated() != top && !at_peak.done()) at_peak.step();
+    std::map<std::pair<int, int>, std::uint64_t> by_stack;  // (page stack, category) -> bytes
+    at_peak.live().for_each([&](std::uint64_t, const LiveBlock& b) {
+      const bool engine = made_without_python(rank, b.stack_id, at_peak.made_in_window(b), python_window);
+      by_stack[{use_stack(b.stack_id, engine), category(b.stack_id, engine)}] += b.size;
+    });
+    std::vector<std::pair<std::pair<int, int>, std::uint64_t>> rows(by_stack.begin(), by_stack.end());
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    for (const auto& [key, bytes] : rows) {
+      flame["stack"].push_back(key.first);
+      flame["category"].push_back(key.second);
+      flame["bytes"].push_back(bytes);
+    }
+    flame["bytes_total"] = at_peak.allocated();
+  }
+
   json categories = json::array();
   for (int c = 0; c < kCategoryCount; ++c) categories.push_back(category_name(static_cast<Category>(c)));
 
   json batches = json::array();
   for (const auto& b : w.batches) batches.push_back({{"batch", b.batch}, {"time_ns", b.time_ns}});
 
+  // The file an imported window came from, where the import recorded it (source_extras'
+  // "source_file"): the page says "imported from NAME".
+  std::string source_file;
+  if (const auto at = w.source_extras.find("\"source_file\":\""); at != std::string::npos) {
+    const auto begin = at + 15;
+    const auto end = w.source_extras.find('"', begin);
+    if (end != std::string::npos && end - begin < 4096) source_file = w.source_extras.substr(begin, end - begin);
+  }
+
+  // Per batch: what the findings speak of (a spike's peak, the low points a leak raises).
+  json batch_stats = json::array();
+  for (const auto& b : s.batches) {
+    batch_stats.push_back({{"batch", b.batch}, {"peak_allocated", b.peak_allocated}, {"min_allocated", b.min_allocated},
+                           {"live_at_start", b.live_at_start}, {"live_at_end", b.live_at_end}, {"peak_site", b.peak_site}});
+  }
+
   if (digest != nullptr) {
     digest->rank = rank.meta.rank;
     digest->batch = w.batch_end;
-    digest->batches = s.batches;
-    digest->batch_method = w.batch_method;
-    digest->batch_confidence = w.batch_confidence;
-    digest->batch_detail = w.batch_detail;
-    digest->growth_per_batch = s.growth_per_batch;
-    digest->growth_monotone = s.growth_monotone;
-    digest->growth_site = s.growth_site;
-    digest->growth_site_per_batch = s.growth_site_per_batch;
-    digest->retained_per_batch = s.retained_per_batch;
-    digest->retained_site = s.retained_site;
-    digest->retained_times = s.retained_times;
-    digest->growth_regrown = s.growth_regrown;
-    digest->sites_at_low = s.sites_at_low;
-    digest->cut_short = s.oom || w.status != RecordStatus::ok || !w.closed;
     const auto levels = levels_at_equal_steps(series_t, series_alloc, t0, t1, kSparkPoints);
     digest->spark_max = levels.empty() ? 0 : *std::max_element(levels.begin(), levels.end());
     digest->spark = report::spark_levels(levels, digest->spark_max);
@@ -307,6 +321,7 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
       {"host", rank.meta.host},
       {"device", rank.meta.device_name},
       {"source", rank.meta.source},
+      {"source_file", source_file},
       {"batch_start", w.batch_start},
       {"batch_end", w.batch_end},
       {"status", status_name(w.status)},
@@ -329,6 +344,9 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
       {"ooms", std::move(ooms)},
       {"frames", {{"name", std::move(frames_name)}, {"file", std::move(frames_file)}, {"line", std::move(frames_line)}}},
       {"stacks", std::move(stacks)},
+      {"stack_sites", std::move(stack_sites)},
+      {"site_names", std::move(site_names)},
+      {"batch_stats", std::move(batch_stats)},
       {"allocs",
        {{"addr", std::move(a_addr)},
         {"size", std::move(a_size)},
@@ -342,6 +360,7 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
       {"totals", {{"time_ns", tot_t}, {"allocated", tot_a}, {"reserved", res_on_t}}},
       {"segments", std::move(segments)},
       {"sites", std::move(sites)},
+      {"flame", std::move(flame)},
       {"categories", std::move(categories)},
       {"links", links},
   };

@@ -7,12 +7,16 @@ window.memsnap = (function () {
 
   // ---- data ----------------------------------------------------------------------------------
   function readData() {
-    const node = document.getElementById('memsnap-data');
-    if (!node) return {};
-    const text = node.textContent || '';
-    if (!text.trim()) return {};
-    const value = JSON.parse(text);
+    const value = readJson('memsnap-data');
     return value && typeof value === 'object' && !Array.isArray(value) ? value : {};
+  }
+  // A data block of the page (script type="application/json"), parsed; null when absent or empty.
+  function readJson(id) {
+    const node = document.getElementById(id);
+    if (!node) return null;
+    const text = node.textContent || '';
+    if (!text.trim()) return null;
+    return JSON.parse(text);
   }
   const arr = (v) => (Array.isArray(v) ? v : []);
   const obj = (v) => (v && typeof v === 'object' && !Array.isArray(v) ? v : {});
@@ -81,11 +85,19 @@ window.memsnap = (function () {
     const f = raw / p;
     return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10) * p;
   }
+  // Steps are whole bytes at least, and no two ticks read the same ("1 B, 1 B, 0 B" was a step of
+  // half a byte): where the labels' rounding would repeat one, the step grows until none does.
   function byteTicks(max, count) {
     if (!(max > 0)) return { step: 1, ticks: [0] };
     let unit = 1;
     while (max / unit >= 1024 * 2 && unit < Math.pow(1024, 5)) unit *= 1024;
-    const step = niceStep(max / unit / Math.max(1, count)) * unit;
+    let step = Math.max(1, niceStep(max / unit / Math.max(1, count)) * unit);
+    for (let tries = 0; tries < 8; tries++) {
+      const labels = [];
+      for (let v = 0; v <= max * 1.0001; v += step) labels.push(fmtBytes(v));
+      if (new Set(labels).size === labels.length) break;
+      step = niceStep(step * 1.5);
+    }
     const ticks = [];
     for (let v = 0; v <= max * 1.0001; v += step) ticks.push(v);
     return { step, ticks };
@@ -148,6 +160,15 @@ window.memsnap = (function () {
   function statTile(key, value, note, cls) {
     return h('div', { class: 'stat' + (cls ? ' ' + cls : '') },
       h('div', { class: 'k' }, key), h('div', { class: 'v' }, value), note ? h('div', { class: 'n' }, note) : null);
+  }
+  // The status badge; with an OOM, the OOM badge alone when the record itself is whole ("ok"
+  // beside "OOM" read as a contradiction).
+  function statusBadges(status, oom, oomText) {
+    const s = str(status, 'unknown');
+    const out = [];
+    if (!(oom && s === 'ok')) out.push(statusBadge(s));
+    if (oom) out.push(h('span', { class: 'badge solid-bad', dataset: { oom: '1' }, title: 'an allocation failed' }, oomText || 'OOM'));
+    return out;
   }
   function statusBadge(status) {
     const s = str(status, 'unknown');
@@ -402,6 +423,16 @@ window.memsnap = (function () {
     };
   }
 
+  // ---- findings ------------------------------------------------------------------------------
+  // A finding's anchor on its rank page: "finding-KIND[-BATCH]" (report.cpp gives each the same).
+  function findingAnchor(f) {
+    const o = obj(f);
+    if (typeof o.anchor === 'string' && o.anchor) return o.anchor;
+    const b = o.batch;
+    return 'finding-' + str(o.kind, 'finding') + (typeof b === 'number' && isFinite(b) ? '-' + b : '');
+  }
+  const KIND_LABEL = { leak: 'leak', shard_imbalance: 'shard imbalance', spike: 'spike', oom: 'OOM', missing: 'missing', truncated: 'truncated' };
+
   // ---- page lifecycle ------------------------------------------------------------------------
   function ready(extra) {
     const b = document.body;
@@ -421,13 +452,13 @@ window.memsnap = (function () {
   const selftest = /(^|[#&])selftest($|&)/.test(location.hash.slice(1));
 
   return {
-    readData, arr, obj, num, str,
+    readData, readJson, arr, obj, num, str,
     fmtBytes, fmtSignedBytes, fmtInt, fmtExactBytes, fmtDur, fmtRel, fmtPct, fmtHex, addHex,
     niceStep, byteTicks, timeTicks,
-    safeHref, h, append, clear, kvList, statTile, statusBadge, card, topbar, emptyNote, stackList,
+    safeHref, h, append, clear, kvList, statTile, statusBadge, statusBadges, card, topbar, emptyNote, stackList,
     tip, hideTip, tipBody,
     setupCanvas, cssVar, onWidthChange,
     categoryColors, mix, shades, STACK_PALETTE, stackColorIndex, ramp,
-    dataTable, ready, safely, selftest, started,
+    dataTable, ready, safely, selftest, started, findingAnchor, KIND_LABEL,
   };
 })();

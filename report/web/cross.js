@@ -168,7 +168,7 @@
       for (const m of g.members) {
         const r = byRank.get(num(m.rank));
         const page = (m.batch != null ? windowPage(r, num(m.batch)) : null) || firstPage(r);
-        ul.append(h('li', null, page ? h('a', { href: page }, 'rank ' + str(m.rank)) : 'rank ' + str(m.rank),
+        ul.append(h('li', null, page ? h('a', { href: page + '#' + M.findingAnchor(m) }, 'rank ' + str(m.rank)) : 'rank ' + str(m.rank),
           isFinite(num(m.bytes)) && num(m.bytes) !== 0 ? ' ' + fmtBytes(num(m.bytes)) : ''));
       }
       each.append(ul);
@@ -208,7 +208,8 @@
         h('div', null, h('div', { class: 'headline' }, ...headline(f)), f.detail ? h('div', { class: 'detail' }, str(f.detail)) : null),
         h('div', { class: 'actions' },
           r ? h('a', { href: '#ranks', onclick: (ev) => { ev.preventDefault(); selectRank(r.i, true); } }, 'show rank') : null,
-          page ? h('a', { href: page }, 'open page →') : null)));
+          // The rank page opens with this finding shown: its batch marked, its allocations highlighted.
+          page ? h('a', { href: page + '#' + M.findingAnchor(f), class: 'open-page' }, 'open page →') : null)));
     }
     if (list.length > findingsShown) fmore.append(h('span', null, 'showing ' + findingsShown + ' of ' + list.length + ' rows'), h('button', { onclick: () => { findingsShown = list.length; drawFindings(); } }, 'Show all'));
     fc.el.dataset.findings = String(findings.length);
@@ -302,8 +303,9 @@
     m.values = values;
     m.st = st;
     m.z = (i) => (m.given && isFinite(num(zscores[ranks[i].rank])) ? num(zscores[ranks[i].rank]) : st.sd > 0 ? (values[i] - st.mean) / st.sd : 0);
-    if (m.given) m.out = (i) => outliers.has(ranks[i].rank);
-    else m.out = (i) => isFinite(values[i]) && ((st.sd > 0 && Math.abs(m.z(i)) >= 3) || (st.med > 0 && values[i] > 1.25 * st.med && nR > 1));
+    // One definition of an outlier on the whole page: the analysis' outlier ranks (the tile, the
+    // rank table and every chart mark the same ranks).
+    m.out = (i) => outliers.has(ranks[i].rank);
     const outList = ranks.filter((r) => m.out(r.i));
     const ratioM = m.given && isFinite(num(imb.max_over_median)) ? num(imb.max_over_median) : st.med > 0 ? st.max / st.med : NaN;
     const legend = h('div', { class: 'legend' },
@@ -311,7 +313,7 @@
       h('span', { class: 'item' }, h('span', { class: 'sw line', style: 'border-top-color:var(--accent)' }), 'median ', h('b', null, fmtBytes(st.med))),
       h('span', { class: 'item' }, 'max/median ', h('b', null, isFinite(ratioM) ? ratioM.toFixed(2) + '×' : '–')),
       h('span', { class: 'item' }, 'spread ', h('b', null, fmtBytes(m.given && isFinite(num(imb.spread)) ? num(imb.spread) : st.spread))),
-      h('span', { class: 'item', title: m.given ? 'outliers as computed by the analysis' : 'outlier: |z| ≥ 3 or more than 1.25× the median' },
+      h('span', { class: 'item', title: 'the outlier ranks of the analysis (by peak allocated), marked alike on every chart' },
         h('span', { class: 'sw outlier' }), 'outliers ', h('b', null, outList.length ? outList.slice(0, 6).map((r) => r.rank + ' (z ' + m.z(r.i).toFixed(1) + ')').join(', ') + (outList.length > 6 ? ' …' : '') : 'none')));
     const block = h('div', { class: 'chart-block' }, h('div', { class: 'chart-title' }, h('h3', null, m.label), legend));
     ic.body.append(block);
@@ -323,6 +325,7 @@
       c.clearRect(0, 0, width, HEIGHT);
       const ticks = M.byteTicks(ymax, 3);
       c.font = '10.5px ' + M.cssVar('--sans'); c.textAlign = 'right'; c.textBaseline = 'middle';
+      c.canvas.dataset.yTicks = ticks.ticks.map(fmtBytes).join('|');
       for (const v of ticks.ticks) {
         const y = Math.round(Y(v)) + 0.5;
         c.strokeStyle = M.cssVar('--grid'); c.beginPath(); c.moveTo(PAD.l, y); c.lineTo(width - PAD.r, y); c.stroke();
@@ -369,6 +372,7 @@
     block.append(ch.wrap);
     ch.canvas.dataset.bars = String(nR);
     ch.canvas.dataset.metric = m.key;
+    ch.canvas.dataset.outliers = String(outList.length);
   }
 
   // ---- heatmap: rank x batch, peak allocated -------------------------------------------------
@@ -400,6 +404,16 @@
     const sc = M.setupCanvas(scale, 160, 10);
     for (let x = 0; x < 160; x++) { sc.fillStyle = M.ramp(x / 159); sc.fillRect(x, 0, 1, 10); }
     const nb = batchList.length;
+    // A row is a window: named by the batches it spans, so a finding's batch (a spike in batch 4)
+    // is found in the row "batches 3–5", not under its last batch alone.
+    const rowStart = batchList.map((b) => {
+      let lo = b;
+      for (const r of ranks) for (const w of r.windows) if (num(w.batch) === b && isFinite(num(w.batch_start))) lo = Math.min(lo, num(w.batch_start));
+      return lo;
+    });
+    const rowLabel = (row) => (rowStart[row] === batchList[row] ? 'batch ' + batchList[row] : 'batches ' + rowStart[row] + '\u2013' + batchList[row]);
+    const cellFindings = (r, w) => findings.filter((f) => num(f.rank) === r.rank && f.batch != null &&
+      num(f.batch) >= num(w.batch_start, num(w.batch)) && num(f.batch) <= num(w.batch));
     const rowH = Math.max(4, Math.min(24, Math.floor(360 / nb)));
     const top = 4, bottom = 20;
     const HEIGHT = top + nb * rowH + bottom;
@@ -432,16 +446,18 @@
       }
       c.fillStyle = M.cssVar('--muted'); c.font = '10.5px ' + M.cssVar('--sans'); c.textAlign = 'right'; c.textBaseline = 'middle';
       const labelEvery = Math.max(1, Math.ceil(13 / rowH));
-      batchList.forEach((b, row) => { if (row % labelEvery === 0) c.fillText('batch ' + b, ax.left - 8, top + row * rowH + rowH / 2); });
+      batchList.forEach((b, row) => { if (row % labelEvery === 0) c.fillText(rowLabel(row), ax.left - 8, top + row * rowH + rowH / 2); });
       drawSelection(c, ax, top, nb * rowH);
       drawRankTicks(c, ax, top + nb * rowH + 5);
     }, (i, x, y) => {
       const cell = cellOf(i, y);
       if (!cell) return null;
       const r = ranks[i];
-      if (!cell.w) return M.tipBody('Rank ' + r.rank + ' · batch ' + cell.batch, [['window', 'none recorded'], ['status', r.status]]);
+      if (!cell.w) return M.tipBody('Rank ' + r.rank + ' · ' + rowLabel(cell.row), [['window', 'none recorded'], ['status', r.status]]);
       const w = cell.w;
-      return M.tipBody('Rank ' + r.rank + ' · batch ' + cell.batch, [
+      const here = cellFindings(r, w);
+      return M.tipBody('Rank ' + r.rank + ' · ' + rowLabel(cell.row), [
+        ...here.map((f) => [M.KIND_LABEL[str(f.kind)] || str(f.kind), 'in batch ' + str(f.batch) + (isFinite(num(f.bytes)) && num(f.bytes) > 0 ? ' · ' + fmtBytes(num(f.bytes)) : '')]),
         ['peak allocated', fmtBytes(num(w.peak_allocated))], ['peak reserved', fmtBytes(num(w.peak_reserved))],
         ['live at open', fmtBytes(num(w.live_at_open))], ['live at close', fmtBytes(num(w.live_at_close))],
         ['persistent', fmtBytes(num(w.persistent))], ['batches', str(w.batch_start, '?') + '–' + str(w.batch, '?')],
@@ -450,11 +466,13 @@
     }, (i, x, y) => {
       const cell = cellOf(i, y);
       const href = cell && cell.w ? M.safeHref(cell.w.page) : null;
-      if (href) window.location.href = href;
+      const first = cell && cell.w ? cellFindings(ranks[i], cell.w)[0] : null;
+      if (href) window.location.href = href + (first ? '#' + M.findingAnchor(first) : '');
       else selectRank(i, true);
     }, 'peak allocated per rank and batch');
     hc.body.append(ch.wrap);
     ch.canvas.dataset.cells = String(cellValues.length);
+    ch.canvas.dataset.rows = batchList.map((_, row) => rowLabel(row)).join('|');
   }
 
   // ---- bytes by category per rank ------------------------------------------------------------
@@ -646,7 +664,7 @@
     rowAttrs: (r) => ({ class: 'rank-row' + (r.i === selected ? ' selected' : ''), dataset: { rank: r.rank } }),
     columns: [
       { key: 'rank', label: 'Rank', num: true, value: (r) => r.rank, render: (r) => h('b', null, String(r.rank)) },
-      { key: 'status', label: 'Status', value: (r) => r.status, render: (r) => h('span', { class: 'badges' }, M.statusBadge(r.status), r.oom ? h('span', { class: 'badge solid-bad' }, 'OOM') : null, outliers.has(r.rank) ? h('span', { class: 'badge warn' }, 'outlier') : null) },
+      { key: 'status', label: 'Status', value: (r) => r.status, render: (r) => h('span', { class: 'badges' }, ...M.statusBadges(r.status, r.oom), outliers.has(r.rank) ? h('span', { class: 'badge warn' }, 'outlier') : null) },
       { key: 'host', label: 'Host', value: (r) => r.host, render: (r) => r.host || '–' },
       { key: 'device', label: 'Device', value: (r) => r.device, render: (r) => r.device || '–' },
       { key: 'windows', label: 'Windows', num: true, value: (r) => r.windows.length, render: (r) => fmtInt(r.windows.length) },

@@ -1,6 +1,7 @@
 // End-to-end tests of aggregation: real spills (SpillWriter), a real mpirun with 1..7 aggregator
 // ranks, the real HDF5 store read back by StoreReader, h5py and h5ls.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <sys/wait.h>
 
@@ -534,6 +535,22 @@ TEST(StoreTest, RootFileSurvivesABadRankFile) {
     EXPECT_NE(std::string(e.what()).find("memsnap.h5.d/rank1.h5"), std::string::npos) << e.what();
   }
   EXPECT_EQ(info_cmd(t / "memsnap.h5").rc, 0);
+}
+
+// Every store memsnap wrote names a rank's host "hostname" (the field tables say "host"): a rank
+// group that says "host" reads too.
+TEST(StoreTest, RankHostReadsUnderEitherName) {
+  TempDir t;
+  const auto want = make_clean_run(t.path(), 2);
+  ASSERT_EQ(aggregate(0, t.path()).rc, 0);
+  ASSERT_FALSE(want[1].meta.host.empty());
+  const hid_t f = H5Fopen((t / "memsnap.h5.d" / "rank1.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  EXPECT_GE(H5Arename(f, "hostname", "host"), 0);
+  H5Fclose(f);
+  StoreReader store(t / "memsnap.h5");
+  EXPECT_EQ(store.read_rank(0).meta.host, want[0].meta.host);
+  EXPECT_EQ(store.read_rank(1).meta.host, want[1].meta.host);
 }
 
 TEST(StoreTest, ReaderRejectsWhatIsNotAStore) {

@@ -303,6 +303,68 @@ TEST(BatchInference, OptimizerStepsCountHoweverUnevenlyTheyCome) {
   }
 }
 
+// Issue #27: the loop catches torch's OutOfMemoryError in batch 2 and goes on. That batch never
+// reached its optimizer step, so the steps mark 4 of the 5 batches; the caught OOM ends its own
+// batch where memory falls back after it. The batch then carries the OOM: what it asked for,
+// what was allocated, the line that asked, and that the job went on.
+TEST(BatchInference, ACaughtOomEndsItsBatch) {
+  Trace t = make_trace(5, 1, 6, true);
+  const std::size_t first = t.batch_first_event[2], next = t.batch_first_event[3];
+  std::vector<Event> aborted(t.w.events.begin() + static_cast<std::ptrdiff_t>(first),
+                             t.w.events.begin() + static_cast<std::ptrdiff_t>(first + 3));  // 3 activations
+  Event oom = aborted.back();
+  oom.action = Action::oom;
+  oom.size = 64 * MiB;
+  oom.addr = 0;  // torch's device_free
+  aborted.push_back(oom);
+  for (std::size_t i = 0; i < 3; ++i) {
+    Event f = aborted[i];
+    f.action = Action::free_requested;
+    aborted.push_back(f);
+    f.action = Action::free_completed;
+    aborted.push_back(f);
+  }
+  for (std::size_t i = 0; i < aborted.size(); ++i) aborted[i].time_ns = t.w.events[first + i].time_ns;
+  t.w.events.erase(t.w.events.begin() + static_cast<std::ptrdiff_t>(first + aborted.size()),
+                   t.w.events.begin() + static_cast<std::ptrdiff_t>(next));
+  std::copy(aborted.begin(), aborted.end(), t.w.events.begin() + static_cast<std::ptrdiff_t>(first));
+  const std::ptrdiff_t removed = static_cast<std::ptrdiff_t>(next - first - aborted.size());
+  for (std::size_t b = 3; b < 5; ++b) t.batch_first_event[b] -= static_cast<std::size_t>(removed);
+  std::vector<Annotation> ann;
+  for (std::size_t b : {1, 2, 4}) {  // the steps ending batches 0, 1 and 3
+    const auto t_step = t.w.events[t.batch_first_event[b] - 1].time_ns;
+    ann.push_back({"Optimizer.step#Adam.step", true, t_step - 500});
+    ann.push_back({"Optimizer.step#Adam.step", false, t_step + 1});
+  }
+  ann.push_back({"Optimizer.step#Adam.step", true, t.w.close_time_ns - 2});
+  ann.push_back({"Optimizer.step#Adam.step", false, t.w.close_time_ns - 1});
+  BatchInferenceOptions known;
+  known.expected_batches = 5;
+  for (const auto& opt : {known, BatchInferenceOptions{}}) {
+    const auto found = infer_batches(t.rank, t.w, ann, opt);
+    EXPECT_EQ(found.method, "recurring_annotation") << found.detail;
+    ASSERT_EQ(found.starts.size(), 5u) << found.detail;
+    for (std::size_t b = 1; b < 5; ++b) EXPECT_EQ(found.starts[b], t.w.events[t.batch_first_event[b]].time_ns) << b;
+    EXPECT_NE(found.detail.find("OOM"), std::string::npos) << found.detail;
+    EXPECT_EQ(found.detail.find("were expected"), std::string::npos) << found.detail;
+  }
+  apply_inferred_batches(infer_batches(t.rank, t.w, ann, known), t.w);
+  t.w.oom = true;
+  const WindowStats s = analyse_window(t.rank, t.w);
+  ASSERT_EQ(s.batches.size(), 5u);
+  for (std::size_t b = 0; b < 5; ++b) EXPECT_EQ(s.batches[b].oom, b == 2) << b;
+  const BatchStat& failed = s.batches[2];
+  EXPECT_EQ(failed.batch, 8);
+  EXPECT_TRUE(failed.oom_went_on);
+  EXPECT_EQ(failed.oom_requested, 64 * MiB);
+  EXPECT_EQ(failed.live_at_oom, (8 + 9 + 10) * MiB);
+  EXPECT_EQ(failed.oom_site, "forward (model.py:10)");
+  EXPECT_EQ(failed.min_allocated, s.batches[3].min_allocated) << "it began and ended as low as the next";
+  EXPECT_TRUE(s.oom && s.oom_went_on);
+  EXPECT_EQ(s.live_at_oom, failed.live_at_oom);
+  EXPECT_EQ(s.oom_site, failed.oom_site);
+}
+
 // A GAN steps two optimizers of one class each batch; their annotations name the class only.
 // What each step allocates next comes from its own code (A B A B): one batch per two steps.
 TEST(BatchInference, TwoOptimizersOfOneClassCountOnceABatch) {

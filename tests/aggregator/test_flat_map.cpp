@@ -1,11 +1,11 @@
-// The window analysis' flat map (aggregator/src/flat_map.hpp) against std::unordered_map.
+// The live table of the recorder and of every window replay (memsnap/detail/flat_map.hpp) against std::unordered_map.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
 #include <unordered_map>
 
-#include "flat_map.hpp"
+#include "memsnap/detail/flat_map.hpp"
 
 namespace memsnap {
 namespace {

@@ -29,7 +29,9 @@ for i in range(len(dirs)):
     for r in range(1, rounds + 1):
         for bm in json.load(open(f"{raw}/{i}.{r}.json"))["benchmarks"]:
             v = bm.get("per_event")
-            if v is not None and v < 1e-3:
+            if v is None:
+                continue  # no per-event counter (BM_RecordInactive): nothing to compare here
+            if v < 1e-3:
                 v *= 1e9  # a rate counter inverted: seconds per event
             rows.setdefault(bm["name"], {}).setdefault(i, []).append(
                 (v, bm.get("items_per_second", 0) / 1e6, bm.get("batch_end_us")))

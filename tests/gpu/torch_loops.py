@@ -82,9 +82,27 @@ LOOPS = {
     "everyrank_cat": (4, {0: "leak", 1: "leak", 2: "leak+spike", 3: "leak"},
                       dict(alloc_conf="", stacks="python", context="all", skip=2, interval=4)),
     "stackless_mlp": (4, {0: "leak", 2: "spike"}, dict(alloc_conf="", stacks="python", context=None, skip=2, interval=4)),
+    # Fourth set (stop 26, issue #27). A rank that runs out of memory on one batch, catches
+    # torch.OutOfMemoryError and goes on (its memory before and after equals the other ranks').
+    "oom_caught": (8, {3: "oom"}, dict(alloc_conf="", stacks="python", context="all", skip=2, interval=4, oom_at=4)),
+    # 16 ranks equal to the byte; one rank's one batch has a longer sequence (a peak about 16 %
+    # above the others: TL_SPIKE_FACTOR, measured by --calibrate-spike16).
+    "spike16": (16, {9: "spike"}, dict(alloc_conf="", stacks="python", context="all", skip=2, interval=4)),
+    # FSDP by hand: every layer's weight is a flat shard, gathered in the forward by a user
+    # function named `unshard` (all-gather-like), Adam over the shards. Made for the categories
+    # (stacks "python" against "all", tests/data/torch-stacks).
+    "fsdp_unshard": (4, {1: "leak"}, dict(alloc_conf="", stacks="all", context="all", skip=2, interval=4)),
 }
 SKIP, INTERVAL = 2, 4
 SPIKE_AT = SKIP + 2  # the spike rank's large batch
+
+
+def loop_settings(loop):
+    """The loop's settings; TL_STACKS overrides its stacks setting (the torch-stacks pairs)."""
+    cfg = dict(LOOPS[loop][2])
+    if os.environ.get("TL_STACKS"):
+        cfg["stacks"] = os.environ["TL_STACKS"]
+    return cfg
 
 
 def snapshot_name(rank, batch):
@@ -99,7 +117,7 @@ def worker(loop, rank, role, out, ring_entries):
 
     torch.manual_seed(1234 + rank)
     dev = torch.device("cuda", 0)
-    _, _, cfg = LOOPS[loop]
+    cfg = loop_settings(loop)
     SKIP, INTERVAL = cfg.get("skip", 2), cfg.get("interval", 4)
     SPIKE_AT = cfg.get("spike_at", SKIP + 2)
     roles = set(role.split("+"))  # a rank may have more than one planted cause
@@ -609,6 +627,86 @@ def worker(loop, rank, role, out, ring_entries):
             if batch == SKIP + INTERVAL - 1:
                 torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
                 torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "oom_caught":
+        # Every rank may use about 1.6 GB; the OOM rank's batch `oom_at` is 8x larger and fails
+        # in the middle of its forward. The loop catches it and goes on, as training scripts do.
+        cap = 1.6e9
+        torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(0).total_memory)
+        model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(2048, 2048), nn.GELU())]).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        oom_at = cfg["oom_at"]
+        truth["oom_batch"] = oom_at
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            bs = 32768 if "oom" in roles and batch == oom_at else 4096
+            try:
+                x = torch.randn(bs, 2048, device=dev)
+                loss = model(x).float().pow(2).mean()
+                loss.backward()
+                opt.step()
+            except torch.OutOfMemoryError:
+                truth["oom_caught"] = True
+                print(f"rank {rank}: batch {batch} ran out of memory; skipped", flush=True)
+            opt.zero_grad(set_to_none=True)
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+    elif loop == "spike16":
+        vocab, d = 8192, 512
+        emb = nn.Embedding(vocab, d).to(dev)
+        body = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 8, 2048, batch_first=True), 2).to(dev)
+        head = nn.Linear(d, vocab).to(dev)
+        opt = torch.optim.Adam([*emb.parameters(), *body.parameters(), *head.parameters()], lr=1e-4)
+        factor = float(os.environ.get("TL_SPIKE_FACTOR", "1.25"))
+        truth["spike_factor"] = factor
+        peaks = []
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            torch.cuda.reset_peak_memory_stats()
+            seq = int(256 * factor) if "spike" in roles and batch == SPIKE_AT else 256
+            tokens = torch.randint(0, vocab, (8, seq), device=dev)
+            logits = head(body(emb(tokens)))
+            loss = F.cross_entropy(logits.view(-1, vocab), tokens.view(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            peaks.append(torch.cuda.max_memory_allocated())
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
+        truth["batch_peaks"] = peaks
+    elif loop == "fsdp_unshard":
+        world, d, n_layers = 4, 2048, 6
+
+        def unshard(shard, shape):
+            # What FSDP's all-gather gives: every rank's shard side by side (here, this rank's
+            # shard stands in for the others: the collective moves no data in this test).
+            return torch.cat([shard] * world).view(shape)
+
+        shards = [nn.Parameter(torch.randn(d * d // world, device=dev) * 0.02) for _ in range(n_layers)]
+        opt = torch.optim.Adam(shards, lr=1e-4)
+
+        def forward(x):
+            for shard in shards:
+                x = F.gelu(F.linear(x, unshard(shard, (d, d))))
+            return x
+
+        for batch in range(SKIP + INTERVAL):
+            if batch == SKIP:
+                record()
+            x = torch.randn(1024, d, device=dev)
+            y = forward(x)
+            loss = y.float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if "leak" in roles:  # outputs kept for a later look
+                kept.append(y.detach())
+            if batch == SKIP + INTERVAL - 1:
+                torch.cuda.memory._dump_snapshot(os.path.join(out_dir, snapshot_name(rank, batch)))
+                torch.cuda.memory._record_memory_history(enabled=None)
     if kept and "leak" in roles:
         truth["kept_bytes"] = sum(t.numel() * t.element_size() for t in kept if torch.is_tensor(t))
     with open(os.path.join(out, f"truth.rank{rank}.json"), "w") as f:
@@ -616,7 +714,11 @@ def worker(loop, rank, role, out, ring_entries):
 
 
 def run_loop(loop, out, ring_entries=0):
-    ranks, roles, cfg = LOOPS[loop]
+    ranks, roles, _ = LOOPS[loop]
+    cfg = loop_settings(loop)
+    if os.environ.get("TL_RANKS"):  # fewer ranks (the torch-stacks pairs)
+        ranks = int(os.environ["TL_RANKS"])
+        roles = {r: v for r, v in roles.items() if r < ranks}
     d = os.path.join(out, loop)
     os.makedirs(d, exist_ok=True)
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=cfg["alloc_conf"])
@@ -640,6 +742,39 @@ def run_loop(loop, out, ring_entries=0):
     with open(os.path.join(d, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     print(loop, "exit codes", codes, flush=True)
+
+
+def calibrate_spike16():
+    """The sequence factor that lifts spike16's batch peak closest to 16 % above the others."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    dev = torch.device("cuda", 0)
+    torch.manual_seed(1)
+    vocab, d = 8192, 512
+    emb = nn.Embedding(vocab, d).to(dev)
+    body = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 8, 2048, batch_first=True), 2).to(dev)
+    head = nn.Linear(d, vocab).to(dev)
+    opt = torch.optim.Adam([*emb.parameters(), *body.parameters(), *head.parameters()], lr=1e-4)
+
+    def peak(seq):
+        torch.cuda.reset_peak_memory_stats()
+        tokens = torch.randint(0, vocab, (8, seq), device=dev)
+        loss = F.cross_entropy(head(body(emb(tokens))).view(-1, vocab), tokens.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return torch.cuda.max_memory_allocated()
+
+    for _ in range(3):
+        base = peak(256)
+    best = None
+    for f in [1.0625, 1.125, 1.1875, 1.25, 1.3125, 1.375, 1.5, 1.75, 2.0]:
+        r = peak(int(256 * f)) / base
+        print(f"spike16 calibration: factor {f}: peak x{r:.3f}", flush=True)
+        if best is None or abs(r - 1.16) < abs(best[1] - 1.16):
+            best = (f, r)
+    return best[0]
 
 
 def ring_size(out):
@@ -666,7 +801,11 @@ if __name__ == "__main__":
     ap.add_argument("--rank", type=int)
     ap.add_argument("--role")
     ap.add_argument("--ring", type=int, default=0)
+    ap.add_argument("--calibrate-spike16", action="store_true")
     a = ap.parse_args()
+    if a.calibrate_spike16:
+        print("TL_SPIKE_FACTOR", calibrate_spike16(), flush=True)
+        sys.exit(0)
     if a.worker:
         worker(a.worker, a.rank, a.role, a.out, a.ring)
         sys.exit(0)

@@ -5,6 +5,7 @@
 #include <array>
 #include <map>
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -23,7 +24,8 @@ Result sh(const std::string& cmd) {
   return test::run_shell(cmd, "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
 }
 
-const std::string kMemsnap = MEMSNAP_CLI;
+// MEMSNAP_TEST_CLI runs the tests against another memsnap binary (e.g. one built before a change).
+const std::string kMemsnap = std::getenv("MEMSNAP_TEST_CLI") != nullptr ? std::getenv("MEMSNAP_TEST_CLI") : MEMSNAP_CLI;
 const std::string kSim = MEMSNAP_FSDP_SIM;
 const std::string kMpirun = std::string(MEMSNAP_MPIRUN) + " --oversubscribe";
 
@@ -407,6 +409,269 @@ TEST(Cli, BadInputIsOneLineAndANonZeroExit) {
   r = sh(kMemsnap + " import " + (dir / "rank0.1.pickle").string() + " -o " + (dir / "s.h5").string() + " --template 'r{rank}'");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("template"), std::string::npos) << r.out;
+}
+
+// --- what --overwrite may replace (issue #27) ----------------------------------------------------
+
+namespace fs = std::filesystem;
+
+// Every file and folder under `dir`, with each file's bytes: the user's data, to compare after.
+std::map<std::string, std::string> tree(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  if (!fs::exists(dir)) return out;
+  if (fs::is_regular_file(dir)) return {{"", test::read_file(dir)}};
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    out[fs::relative(e.path(), dir).string()] = e.is_regular_file() ? test::read_file(e.path()) : std::string("<dir>");
+  }
+  return out;
+}
+
+// Names in `dir` that a memsnap command leaves behind only when it failed to clean up.
+std::vector<std::string> leftovers(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.find(".tmp-") != std::string::npos || n.find(".import-") != std::string::npos ||
+        n.find(".partial") != std::string::npos) {
+      out.push_back(n);
+    }
+  }
+  return out;
+}
+
+// A folder of the user's own: files, a nested folder, an HDF5 file of another tool's.
+void make_users_folder(const fs::path& dir) {
+  fs::create_directories(dir / "sub");
+  test::write_file(dir / "notes.txt", "my notes\n");
+  test::write_file(dir / "sub/data.bin", std::string("\0\1\2binary", 9));
+}
+
+TEST(Cli, OverwriteNeverReplacesWhatMemsnapDidNotWrite) {
+  test::TempDir dir;
+  fs::copy_file(std::string(MEMSNAP_TEST_DATA) + "/torch-2.11/snap_oom.pickle", dir / "rank0.5.pickle");
+  const std::string pickle = (dir / "rank0.5.pickle").string();
+  auto r = sh(kMemsnap + " import " + pickle + " -o " + (dir / "ok.h5").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  // A recorded run for aggregate.
+  r = sh("MEMSNAP_FOLDER=" + (dir / "run").string() + " " + kMemsnap + " run --no-aggregate -- " + kSim +
+         " --step-us 0 --batches 5 --layers 2 --hidden 256");
+  ASSERT_EQ(r.code, 0) << r.out;
+
+  // What the user has under the names they pass to -o: a folder, a plain file, an HDF5 file that is
+  // not a store (a memsnap rank file has no format attribute), a folder where a store's data folder
+  // would go, and a file of theirs inside a memsnap store's data folder.
+  make_users_folder(dir / "precious");
+  test::write_file(dir / "notes.h5", "not a store\n");
+  fs::copy_file(dir / "ok.h5.d/rank0.h5", dir / "other.h5");
+  make_users_folder(dir / "fresh.h5.d");
+  fs::copy_file(dir / "ok.h5", dir / "mixed.h5");
+  fs::copy(dir / "ok.h5.d", dir / "mixed.h5.d");
+  test::write_file(dir / "mixed.h5.d/mine.txt", "mine\n");
+  const std::vector<std::pair<std::string, fs::path>> targets = {
+      {"precious", dir / "precious"}, {"notes.h5", dir / "notes.h5"},       {"other.h5", dir / "other.h5"},
+      {"fresh.h5", dir / "fresh.h5.d"}, {"mixed.h5", dir / "mixed.h5.d"}};
+  for (const auto& [name, watched] : targets) {
+    const fs::path out = dir / name;
+    const auto before = tree(watched);
+    const auto before_root = tree(out);
+    ASSERT_FALSE(before.empty()) << name;
+    for (const std::string& flag : {std::string(), std::string(" --overwrite")}) {
+      SCOPED_TRACE(name + flag);
+      std::vector<std::pair<std::string, std::string>> commands = {
+          {"memsnap import", kMemsnap + " import " + pickle + " -o " + out.string() + flag},
+          {"memsnap aggregate", kMemsnap + " aggregate " + (dir / "run").string() + " -o " + out.string() + flag}};
+      if (name == "precious") {  // under mpirun too (once: it takes a while)
+        commands.emplace_back("memsnap aggregate", kMpirun + " -np 2 " + kMemsnap + " aggregate " +
+                                                       (dir / "run").string() + " -o " + out.string() + flag);
+      }
+      for (const auto& [verb, cmd] : commands) {
+        r = sh(cmd);
+        EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
+        EXPECT_NE(r.out.find(verb + ": "), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("memsnap did not write"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("choose another -o"), std::string::npos) << r.out;
+        EXPECT_EQ(r.out.find("--overwrite replaces"), std::string::npos) << "never suggested where refused: " << r.out;
+        if (cmd.rfind(kMpirun, 0) != 0) EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+        EXPECT_EQ(tree(watched), before) << cmd;
+        EXPECT_EQ(tree(out), before_root) << cmd;
+        EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>()) << cmd;
+      }
+    }
+  }
+
+  // export: onto a folder, the user's own file (the pickle imported), another file.
+  for (const fs::path& out : {dir / "precious", fs::path(pickle), dir / "notes.h5"}) {
+    const auto before = tree(out);
+    for (const std::string& flag : {std::string(), std::string(" --overwrite")}) {
+      for (const char* format : {"torch", "chrome"}) {
+        SCOPED_TRACE(out.string() + flag + " " + format);
+        r = sh(kMemsnap + " export " + (dir / "ok.h5").string() + " --rank 0 --batch 5 --format " + format + " -o " +
+               out.string() + flag);
+        EXPECT_EQ(r.code, 1) << r.out;
+        EXPECT_NE(r.out.find("memsnap export: " + out.string() + " is a"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("choose another -o"), std::string::npos) << r.out;
+        EXPECT_EQ(r.out.find("filesystem error"), std::string::npos) << r.out;
+        EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+        EXPECT_EQ(tree(out), before);
+        EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>());
+      }
+    }
+  }
+}
+
+TEST(Cli, OverwriteReplacesWhatMemsnapWrote) {
+  test::TempDir dir;
+  const std::string data = MEMSNAP_TEST_DATA;
+  fs::copy_file(data + "/torch-2.11/snap_oom.pickle", dir / "rank0.5.pickle");
+  fs::copy_file(data + "/torch-2.11/snap_exp.pickle", dir / "rank1.5.pickle");
+  const std::string store = (dir / "s.h5").string();
+  auto r = sh(kMemsnap + " import " + (dir / "rank0.5.pickle").string() + " -o " + store);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto first = tree(dir / "s.h5.d");
+
+  // Without --overwrite: refused, saying what --overwrite would replace.
+  const std::string both = (dir / "rank0.5.pickle").string() + " " + (dir / "rank1.5.pickle").string();
+  r = sh(kMemsnap + " import " + both + " -o " + store);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("already exists"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--overwrite replaces it and its data folder s.h5.d"), std::string::npos) << r.out;
+  EXPECT_EQ(tree(dir / "s.h5.d"), first);
+
+  // With it: replaced, by import and by aggregate (under mpirun too).
+  r = sh(kMemsnap + " import " + both + " -o " + store + " --overwrite");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "s.h5.d/rank1.h5"));
+  r = sh("MEMSNAP_FOLDER=" + (dir / "run").string() + " " + kMemsnap + " run --no-aggregate -- " + kSim +
+         " --step-us 0 --batches 5 --layers 2 --hidden 256");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = sh(kMpirun + " -np 2 " + kMemsnap + " aggregate " + (dir / "run").string() + " -o " + store + " --overwrite");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "s.h5.d/rank1.h5")) << "the one-rank run's store replaced the two-rank one";
+  r = sh(kMemsnap + " info --json " + store);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)["ranks"].size(), 1u);
+
+  // An export memsnap wrote is replaced with --overwrite, whatever its format, and only then.
+  const std::string out = (dir / "w.pickle").string();
+  r = sh(kMemsnap + " import " + (dir / "rank0.5.pickle").string() + " -o " + store + " --overwrite");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 5 -o " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string torch_bytes = test::read_file(out);
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 5 --format chrome -o " + out);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--overwrite replaces it"), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_file(out), torch_bytes);
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 5 --format chrome -o " + out + " --overwrite");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(json::parse(test::read_file(out))["otherData"]["producer"], "memsnap export");
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 5 -o " + out + " --overwrite");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(test::read_file(out), torch_bytes);
+  EXPECT_EQ(roundtrip_difference(dir / "rank0.5.pickle", out), "") << "the mark after STOP is invisible to pickle.load";
+  EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>());
+}
+
+// A write that fails midway (an unreadable pickle, an aggregator rank that fails after the
+// conversion) leaves the earlier store as it was, byte for byte, and nothing else behind.
+TEST(Cli, AFailedImportLeavesTheEarlierStoreAndNothingElse) {
+  test::TempDir dir;
+  fs::copy_file(std::string(MEMSNAP_TEST_DATA) + "/torch-2.11/snap_oom.pickle", dir / "rank0.5.pickle");
+  test::write_file(dir / "rank1.5.pickle", std::string("\x80\x04h\x4e.", 5));  // BINGET of nothing
+  const std::string store = (dir / "s.h5").string();
+  auto r = sh(kMemsnap + " import " + (dir / "rank0.5.pickle").string() + " -o " + store);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto root = tree(dir / "s.h5"), data = tree(dir / "s.h5.d");
+  const std::string good = (dir / "rank0.5.pickle").string(), bad = (dir / "rank1.5.pickle").string();
+  for (const std::string& cmd : {
+           kMemsnap + " import " + good + " " + bad + " -o " + store + " --overwrite",
+           kMpirun + " -np 2 " + kMemsnap + " import " + good + " " + bad + " -o " + store + " --overwrite",
+           kMemsnap + " import " + bad + " -o " + store + " --overwrite --keep-going",
+           "MEMSNAP_AGGREGATE_TEST_FAULT=0 " + kMemsnap + " import " + good + " -o " + store + " --overwrite",
+           kMpirun + " -np 2 -x MEMSNAP_AGGREGATE_TEST_FAULT=1 " + kMemsnap + " import " + good + " " + bad +
+               " -o " + store + " --overwrite --keep-going"}) {
+    SCOPED_TRACE(cmd);
+    r = sh(cmd);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_EQ(tree(dir / "s.h5"), root);
+    EXPECT_EQ(tree(dir / "s.h5.d"), data);
+    EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>());
+    EXPECT_EQ(r.out.find(".import-"), std::string::npos) << "no internal folder in the messages: " << r.out;
+    EXPECT_EQ(r.out.find(".tmp-"), std::string::npos) << r.out;
+  }
+  // A failed export (a window the store does not have) leaves the earlier export too.
+  const std::string out = (dir / "w.pickle").string();
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 5 -o " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string before = test::read_file(out);
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 6 -o " + out + " --overwrite");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("s.h5: rank 0 has no window ending at batch 6"), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_file(out), before);
+  EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>());
+}
+
+// Issue #27 item 7: every error names its file and says in words what is wrong; each command ends
+// with what it wrote and what to run next; --help shows defaults and an example.
+TEST(Cli, MessagesNameTheFileAndSayWhatToRunNext) {
+  test::TempDir dir;
+  fs::copy_file(std::string(MEMSNAP_TEST_DATA) + "/torch-2.11/snap_oom.pickle", dir / "rank0.5.pickle");
+  test::write_file(dir / "rank1.5.pickle", std::string("h\x4e", 2));
+  const std::string good = (dir / "rank0.5.pickle").string(), bad = (dir / "rank1.5.pickle").string();
+  const std::string store = (dir / "s.h5").string();
+
+  auto r = sh(kMemsnap + " import " + bad + " -o " + store);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("memsnap import: " + bad + ": not a PyTorch snapshot: opcode BINGET (0x68) at byte 0"),
+            std::string::npos)
+      << r.out;
+
+  for (const char* bad_number : {"--interval 0", "--interval -3", "--world-size 0", "--rank -1 --batch 1"}) {
+    r = sh(kMemsnap + " import " + good + " -o " + store + " " + bad_number);
+    EXPECT_EQ(r.code, 2) << bad_number;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find("give a whole number"), std::string::npos) << r.out;
+    EXPECT_FALSE(std::regex_search(r.out, std::regex("[0-9]{20}"))) << "no 300-digit range: " << r.out;
+  }
+  r = sh(kMemsnap + " import " + good + " -o " + store + " --interval 0");
+  EXPECT_NE(r.out.find("from 1 to 100000"), std::string::npos) << r.out;
+
+  r = sh(kMemsnap + " import " + good + " " + good + " -o " + store);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find(good + " is given twice"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(".tmp-"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(".import-"), std::string::npos) << r.out;
+
+  // --keep-going: the warning is import's, and the summary counts the pickles read.
+  r = sh(kMemsnap + " import " + good + " " + bad + " -o " + store + " --keep-going");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("memsnap aggregate"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("memsnap import: warning: " + bad + ": not a PyTorch snapshot"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("memsnap import: 1 of 2 snapshots read (1 left out: " + bad + ")"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n  next: memsnap report " + store + "\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << "no progress line off a terminal: " << r.out;
+
+  r = sh(kMemsnap + " export " + store + " --rank 0 --batch 5 -o " + (dir / "w.pickle").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("-> " + (dir / "w.pickle").string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n  next: "), std::string::npos) << r.out;
+
+  r = sh("MEMSNAP_FOLDER=" + (dir / "run").string() + " " + kMemsnap + " run --no-aggregate -- " + kSim +
+         " --step-us 0 --batches 5 --layers 2 --hidden 256");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = sh(kMemsnap + " aggregate " + (dir / "run").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string run_store = (dir / "run/memsnap.h5").string();
+  EXPECT_EQ(r.out, "memsnap aggregate: 1 rank, 1 window -> " + run_store + "\n  next: memsnap report " + run_store + "\n");
+
+  for (const char* sub : {"run", "aggregate", "import", "report", "info", "export"}) {
+    r = sh(kMemsnap + " " + sub + " --help");
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_NE(r.out.find("Example:\n  "), std::string::npos) << sub << ": " << r.out;
+  }
+  EXPECT_NE(sh(kMemsnap + " import --help").out.find("=rank{rank}.{batch}"), std::string::npos) << "defaults shown";
+  EXPECT_NE(sh(kMemsnap + " export --help").out.find("=torch"), std::string::npos);
+  EXPECT_NE(sh(kMemsnap + " aggregate --help").out.find("=32"), std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -150,6 +151,38 @@ TEST(Config, BrokenFilesAreOneLine) {
   }
 }
 
+// MEMSNAP_ENABLED=false (what `memsnap run` passes to a command it does not record) wins without
+// the file being read: the file may be the bad one that made memsnap run turn recording off.
+TEST(Config, EnabledFalseFromTheEnvironmentWinsWithoutReadingTheFile) {
+  const auto env = env_of({{"MEMSNAP_CONFIG", "/nonexistent/bad.yaml"}, {"MEMSNAP_ENABLED", "false"}});
+  EXPECT_TRUE(disabled_by_environment(env));
+  EXPECT_FALSE(load_config("", env).enabled);
+  EXPECT_FALSE(disabled_by_environment(env_of({{"MEMSNAP_ENABLED", "yes"}})));
+  EXPECT_FALSE(disabled_by_environment(env_of({})));
+}
+
+// A recording source (the CUPTI library, the PyTorch attachment, memsnap_init) with a config that
+// does not load does not record, never with the defaults, and the process says so once however
+// many sources ask. Told off by MEMSNAP_ENABLED it stays quiet.
+TEST(Config, ARecordingProcessWithABadConfigStepsAsideAndSaysSoOnce) {
+  test::TempDir dir;
+  test::write_file(dir / "bad.yaml", "interval: 3ep\n");
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(recording_config("", env_of({{"MEMSNAP_CONFIG", (dir / "bad.yaml").string()}, {"MEMSNAP_ENABLED", "0"}})));
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out, "") << "quiet when told off";
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(recording_config("", env_of({{"MEMSNAP_CONFIG", (dir / "bad.yaml").string()}})));
+  EXPECT_FALSE(recording_config((dir / "bad.yaml").string(), env_of({})));
+  out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_NE(out.find("bad.yaml: key 'interval' has value \"3ep\""), std::string::npos) << out;
+  EXPECT_NE(out.find("not recorded"), std::string::npos) << out;
+  const auto good = recording_config("", env_of({{"MEMSNAP_INTERVAL", "5"}}));
+  ASSERT_TRUE(good.has_value());
+  EXPECT_EQ(good->interval, 5);
+}
+
 TEST(Config, BadEnvironmentValueNamesTheVariable) {
   try {
     load_config("", env_of({{"MEMSNAP_SKIP_BATCHES", "two"}}));
@@ -165,6 +198,22 @@ TEST(Config, RoundTripsThroughJson) {
   c.stacks = StackMode::native;
   c.remote_file_name = "s3://bucket/{run_name}/{rank}.{batch}.html";
   EXPECT_EQ(config_from_json(config_to_json(c), Config{}, "test"), c);
+}
+
+// The known keys, the parser and the dump are made from one table (config.cpp): the dump holds
+// every known key, in the same set, and each stack mode goes through parse and dump.
+TEST(Config, KeysParseAndDumpAgree) {
+  const nlohmann::json dumped = config_to_json(Config{});
+  std::vector<std::string> dumped_keys;
+  for (const auto& [key, value] : dumped.items()) dumped_keys.push_back(key);
+  std::vector<std::string> known = config_keys();
+  std::sort(known.begin(), known.end());
+  EXPECT_EQ(dumped_keys, known);
+  for (StackMode m : {StackMode::none, StackMode::native, StackMode::python, StackMode::all}) {
+    Config c;
+    c.stacks = m;
+    EXPECT_EQ(config_from_json(config_to_json(c), Config{}, "test").stacks, m);
+  }
 }
 
 }  // namespace

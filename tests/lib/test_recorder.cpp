@@ -82,6 +82,23 @@ TEST(EventRing, KeepsTheNewestAndCountsDropped) {
   EXPECT_EQ(ring.dropped(), 0u);
 }
 
+// `memsnap run` names its launch in MEMSNAP_LAUNCH; the spill's META carries it, so that a store
+// is made of one launch's records.
+TEST(Recorder, SpillNamesTheLaunchThatStartedTheProcess) {
+  test::TempDir dir;
+  ASSERT_EQ(setenv("MEMSNAP_LAUNCH", "1296957441", 1), 0);
+  {
+    Recorder r;
+    ASSERT_TRUE(r.start(config_in(dir), LaunchInfo{}));
+    r.stop();
+  }
+  unsetenv("MEMSNAP_LAUNCH");
+  EXPECT_EQ(only_spill(dir).meta.launch, "1296957441");
+  const auto meta = read_spill_meta(find_spills(dir.path()).at(0));
+  ASSERT_TRUE(meta.has_value());
+  EXPECT_EQ(meta->launch, "1296957441");
+}
+
 TEST(Recorder, RecordsTheConfiguredWindowWithWhatWasLiveAtOpen) {
   test::TempDir dir;
   {

@@ -130,6 +130,80 @@ TEST(Spill, BatchMethodAndSourceExtrasRoundTrip) {
 
 // A spill of format version 1 (memsnap before batch inference), kept in the fuzz corpus as the
 // old recorder wrote it, still reads: every window with the defaults.
+// META names the launch that wrote the file; a META of an older memsnap, without the key, reads
+// with it empty. read_spill_meta reads it from the file's head.
+TEST(Spill, MetaCarriesTheLaunchAndOlderMetaReadsWithoutIt) {
+  test::TempDir dir;
+  RankRecord r = sample();
+  r.meta.launch = "1296957441";
+  write_sample(dir / "a.spill", r);
+  EXPECT_EQ(read_spill(dir / "a.spill").meta.launch, "1296957441");
+  const auto meta = read_spill_meta(dir / "a.spill");
+  ASSERT_TRUE(meta.has_value());
+  EXPECT_EQ(meta->launch, "1296957441");
+  EXPECT_EQ(meta->rank, 3);
+  EXPECT_EQ(meta_from_json(R"({"rank": 2, "run_name": "old"})").launch, "");
+  test::write_file(dir / "b.spill", "not a spill at all, but long enough for a header");
+  EXPECT_FALSE(read_spill_meta(dir / "b.spill").has_value());
+  EXPECT_FALSE(read_spill_meta(dir / "none.spill").has_value());
+}
+
+// A folder with the records of two launches: a store is made of one. The newest by default, with
+// one line naming the one left out; another by its id; an unknown id is an error naming those
+// there. A spill whose META is not written yet goes with the newest launch lacking its rank.
+TEST(Spill, ChooseLaunchTakesTheNewestAndNamesTheOthers) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "spill");
+  auto put = [&](int rank, int pid, const std::string& launch, std::int64_t start) {
+    RankRecord r = sample();
+    r.meta.rank = rank;
+    r.meta.world_size = 3;
+    r.meta.pid = pid;
+    r.meta.launch = launch;
+    r.meta.start_unix_ns = start;
+    write_sample(dir / "spill" / spill_file_name(rank, pid), r);
+  };
+  for (int rank = 0; rank < 3; ++rank) put(rank, 10 + rank, "A", 1'000'000'000'000'000'000 + rank);
+  put(0, 20, "B", 1'700'000'000'000'000'000);
+  put(1, 21, "B", 1'700'000'000'000'000'001);
+  {
+    SpillWriter w;  // rank 2 of B, killed before its META
+    ASSERT_TRUE(w.open(dir / "spill" / spill_file_name(2, 22)));
+  }
+  const auto launches = spill_launches(find_spills(dir.path()));
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].id, "A");
+  EXPECT_EQ(launches[1].id, "B");
+  EXPECT_EQ(launches[1].ranks, (std::vector<int>{0, 1, 2}));
+
+  const LaunchChoice newest = choose_launch(dir.path(), "");
+  EXPECT_EQ(newest.error, "");
+  ASSERT_EQ(newest.files.size(), 3u);
+  for (const auto& f : newest.files) EXPECT_NE(f.filename().string().find(".pid2"), std::string::npos) << f;
+  EXPECT_NE(newest.note.find("2 launches"), std::string::npos) << newest.note;
+  EXPECT_NE(newest.note.find("newest, launch B (3 ranks"), std::string::npos) << newest.note;
+  EXPECT_NE(newest.note.find("leaves out launch A (3 ranks"), std::string::npos) << newest.note;
+  EXPECT_NE(newest.note.find("--launch A"), std::string::npos) << newest.note;
+  EXPECT_EQ(newest.note.find('\n'), std::string::npos) << "one line";
+
+  const LaunchChoice a = choose_launch(dir.path(), "A");
+  EXPECT_EQ(a.files.size(), 3u);
+  EXPECT_EQ(a.note, "");
+  const LaunchChoice c = choose_launch(dir.path(), "C");
+  EXPECT_TRUE(c.files.empty());
+  EXPECT_NE(c.error.find("no record of launch C"), std::string::npos) << c.error;
+  EXPECT_NE(c.error.find("launch A"), std::string::npos) << c.error;
+
+  // Spills of one launch, or of a memsnap that named none: all of them, nothing to say.
+  test::TempDir one;
+  RankRecord r = sample();
+  write_sample(one / "rank3.pid1.spill", r);
+  const LaunchChoice only = choose_launch(one.path(), "");
+  EXPECT_EQ(only.files.size(), 1u);
+  EXPECT_EQ(only.note, "");
+  EXPECT_EQ(choose_launch(one.path(), kUnnamedLaunch).files.size(), 1u);
+}
+
 TEST(Spill, Version1FilesStillRead) {
   const auto path = std::filesystem::path(MEMSNAP_SOURCE_DIR) / "tests/fuzz/corpus/spill/fsdp_sim_a.spill";
   const std::string bytes = test::read_file(path);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memsnap/errors.hpp"
+#include "memsnap/numeric.hpp"  // human_bytes, for code that found it here
 #include "memsnap/record.hpp"
 #include "memsnap/store.hpp"
 
@@ -28,9 +29,19 @@ struct AggregateStats {
   unsigned threads = 0;  // compression threads it used
 };
 
+/// What a successful aggregation wrote (filled on rank 0), for the command's closing line.
+struct AggregateDone {
+  bool filled = false;            // set on rank 0 once the store is in place
+  int ranks = 0;                  // the store's world size
+  std::size_t windows = 0;        // recorded windows of all ranks
+  std::size_t marked = 0;         // ranks marked missing, truncated, corrupt or failed (--keep-going)
+};
+
 struct AggregateOptions {
   std::filesystem::path run_dir;  // holds spill/*.spill (or *.spill)
   std::filesystem::path output;   // the store; empty: RUN_DIR/memsnap.h5
+  std::string launch;             // whose records: a launch id (RankMeta::launch); empty: the newest
+                                  // launch's, with a line naming those left out (choose_launch)
   bool keep_going = false;        // write the store even with missing/truncated/corrupt ranks, marked
   bool overwrite = false;         // replace an existing store
   bool progress = false;          // "ranks done / total" on rank 0's stderr (in place on a terminal)
@@ -40,6 +51,8 @@ struct AggregateOptions {
                                   // shared out among the aggregator ranks on it
   std::ostream* log = nullptr;    // warnings (keep_going) from rank 0; nullptr: std::cerr
   AggregateStats* stats = nullptr;  // filled with this rank's share of the work (benchmarks)
+  AggregateDone* done = nullptr;  // rank 0: filled with what the store holds once it is in place
+  std::string verb = "memsnap aggregate";  // labels warnings and progress ("memsnap import" for import)
 };
 
 /// Aggregates RUN_DIR's spills into the store. Collective over `comm` (any size; ranks beyond
@@ -101,8 +114,5 @@ void print_info_table(const nlohmann::json& info, std::ostream& out);
 /// `memsnap info PATH [--json]` for a store file or a spill folder; errors go to stderr as
 /// "memsnap info: ..." lines. Returns the exit code.
 int info_main(const std::string& path, bool json, std::ostream& out);
-
-/// 1536 -> "1.5 KiB" (B, KiB, MiB, GiB, TiB).
-std::string human_bytes(std::uint64_t bytes);
 
 }  // namespace memsnap

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "memsnap/record.hpp"
+#include "memsnap/window_replay.hpp"  // free_action, live_key: what a replay of a window means
 
 namespace memsnap {
 
@@ -53,6 +54,16 @@ struct BatchStat {
   // peaks (their median): what a spike in this batch is made of. Empty with one batch.
   std::string peak_site;
   std::uint64_t peak_site_excess = 0;
+  // An allocation failed in this batch (the first that did): its size, the allocated bytes when
+  // it was refused, and the site that asked (the OOM's own stack; without one, what this
+  // batch's peak holds more of than the window's other batches). `oom_went_on`: the job
+  // allocated again after it (it caught torch's OutOfMemoryError and went on), so the window
+  // was not cut short by it. The batch's peak is the failed attempt's, not the job's need.
+  bool oom = false;
+  bool oom_went_on = false;
+  std::uint64_t oom_requested = 0;
+  std::uint64_t live_at_oom = 0;
+  std::string oom_site;
 };
 
 struct WindowStats {
@@ -73,6 +84,9 @@ struct WindowStats {
   bool reserved_seen = false;        // the source reported segments (else reserved = allocated)
   bool oom = false;
   std::uint64_t oom_requested = 0;
+  std::uint64_t live_at_oom = 0;     // allocated bytes when the (first) allocation was refused
+  std::string oom_site;              // BatchStat::oom_site of that batch ("" before any batch)
+  bool oom_went_on = false;          // the job allocated again after it (BatchStat::oom_went_on)
   RecordStatus status = RecordStatus::ok;
   std::vector<SiteStat> sites;       // by bytes at peak, largest first (top_sites)
   std::uint64_t category_bytes_at_peak[kCategoryCount] = {};
@@ -106,15 +120,6 @@ struct AnalysisOptions {
   std::size_t top_sites = 32;
 };
 
-// The action that ends an allocation in this window: free_completed, or free_requested for a
-// source that never reports completion.
-Action free_action(const WindowRecord& window);
-
-// Allocation and reservation key: the address on its device.
-inline std::uint64_t live_key(int device, std::uint64_t addr) {
-  return addr ^ (static_cast<std::uint64_t>(static_cast<std::uint16_t>(device + 1)) << 48);
-}
-
 WindowStats analyse_window(const RankRecord& rank, const WindowRecord& window, const AnalysisOptions& options = {});
 
 // A stack with frames: an id the rank holds and that is not empty (kNoStack has none).
@@ -130,5 +135,26 @@ std::string frame_label(const Frame& f);
 // A frame of the user's own code: Python outside installed packages (torch, site-packages).
 bool is_user_code(const Frame& f);
 Category categorize(const RankRecord& rank, std::uint32_t stack_id);
+
+// Allocations without frames in a window whose allocations carry Python frames. torch's
+// snapshot (stacks="python", or "all") records the Python stack of the thread that allocates;
+// a thread without Python gets `frames: []`. In a training loop that thread is torch's autograd
+// engine running the backward (under stacks="all" the same allocations carry its C++ frames and
+// read gradients), so an allocation the window made without frames is a gradient there, and its
+// site says why it has no frames. Memory live when the window opened without frames (allocated
+// before the trace began) stays "<no stack>", other.
+inline constexpr const char* kNoPythonFramesSite = "<no Python frames: autograd engine>";
+// Whether the window's allocations were recorded with Python frames by torch's snapshot (source
+// "torch"; some allocation event of the window has a Python frame). Not for torch's
+// context="state" (frames on the snapshot's blocks only), nor for memsnap's own recorders, whose
+// stack_min_bytes leaves small allocations without frames.
+bool python_frames_recorded(const RankRecord& rank, const WindowRecord& window);
+// Whether an allocation is one of those: made in the window (not live at its open), without
+// frames, in a window where python_frames_recorded.
+inline bool made_without_python(const RankRecord& rank, std::uint32_t stack_id, bool made_in_window, bool python_window) {
+  return python_window && made_in_window && !has_frames(rank, stack_id);
+}
+// The category of one allocation: its stack's, or gradients where made_without_python.
+Category categorize_allocation(const RankRecord& rank, std::uint32_t stack_id, bool made_in_window, bool python_window);
 
 }  // namespace memsnap

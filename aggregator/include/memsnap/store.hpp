@@ -12,6 +12,8 @@
 //                             written before they existed (read as "recorded", 1.0)
 //   /sites                    table, the top allocation sites per (rank, window); names in /site_names
 //   /site_names/{blob,offsets}  names packed as UTF-8 bytes; name i is blob[offsets[i]:offsets[i+1]]
+//   /findings                 table, the run's findings (memsnap/findings.hpp), from format version 3
+//   /digest/{windows,batches,held}  tables, what the cross-rank rules read of each window (version 3)
 //   /rank/<r>                 attrs hostname, pid, local_rank, node_rank, world_size, device_name,
 //                             source, status, status_detail, run_name, spill, ...
 //   /rank/<r>/frames/{names_blob,names_offsets,files_blob,files_offsets,lines}
@@ -47,12 +49,16 @@ namespace memsnap {
 namespace h5 {
 class ChunkCompressor;  // store_writer's compression threads (src/chunked_write.hpp)
 }
+struct Finding;        // memsnap/findings.hpp
+struct DigestTables;   // memsnap/findings.hpp
+struct StoreFindings;  // memsnap/findings.hpp
 
 inline constexpr const char* kStoreFormat = "memsnap";
 // Version 2 added /summary's batch_method and batch_confidence columns, the batch_* attributes
 // and source_extras of a window (an older memsnap cannot read its /summary); version 1 stores
-// still read, with the defaults.
-inline constexpr int kStoreFormatVersion = 2;
+// still read, with the defaults. Version 3 added /findings and /digest (memsnap/findings.hpp);
+// for earlier stores they are computed from the rank files.
+inline constexpr int kStoreFormatVersion = 3;
 inline constexpr int kStoreOldestFormatVersion = 1;
 inline constexpr const char* kDefaultStoreName = "memsnap.h5";
 
@@ -183,6 +189,7 @@ struct StoreIndex {
   std::vector<RankInfo> ranks;    // one per rank 0..world_size-1
   std::vector<SummaryRow> rows;
   std::vector<SiteRow> sites;     // site_id is assigned by the writer (sorted unique names)
+  const StoreFindings* findings = nullptr;  // /findings and /digest (absent when null)
 };
 
 /// Writes the root file: attributes, /ranks, /summary, /sites, /site_names, and /rank/<r> as an
@@ -208,6 +215,10 @@ class StoreReader {
   std::vector<RankInfo> ranks() const;
   std::vector<SummaryRow> summary() const;
   std::vector<SiteRow> sites() const;
+  /// Whether the store holds /findings (format version 3 on); /findings and /digest's rows.
+  bool has_findings() const;
+  std::vector<Finding> findings() const;
+  DigestTables digest() const;
   /// A rank's whole record: metadata, frames, stacks and every window with its bulk data.
   /// A rank without data (missing, unreadable) comes back with its status and no windows.
   RankRecord read_rank(int rank) const;

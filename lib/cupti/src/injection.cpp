@@ -204,16 +204,11 @@ void initialize() noexcept {
     auto s = std::make_unique<State>();
     s->launch = detect_launch(env);
     log::set_rank(s->launch.rank);
-    try {
-      s->config = load_config("", env);
-    } catch (const ConfigError& e) {
-      not_recorded(e.what());
-      return;
-    }
-    if (!s->config.enabled) {
-      log::write(log::Level::info, "disabled by the config (enabled: false)");
-      return;
-    }
+    // Not loaded, disabled, or MEMSNAP_ENABLED=false from `memsnap run`: no capture at all (the
+    // reason is said once per process, by whichever source asks first).
+    const std::optional<Config> config = recording_config("", env);
+    if (!config) return;
+    s->config = *config;
     s->mapper = std::make_unique<CallbackMapper>(s->sink, s->devices, s->config.batch_marker);
     s->driver.load();
 

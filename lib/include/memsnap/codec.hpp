@@ -1,5 +1,5 @@
 // memsnap's one binary codec: field tables that describe a struct once, and the byte writer and
-// reader that lay out values by them. The spill's payloads (spill.cpp), the aggregator's gathered
+// reader that lay out values by them. The spill's payloads (lib/src/spill_writer.cpp), the aggregator's gathered
 // metadata and the store's row types (memsnap/store_rows.hpp) are all described this way.
 //
 // Layout of a value (all little-endian; x86-64 and aarch64 both are):
@@ -97,7 +97,10 @@ struct IsVector<std::vector<T, A>> : std::true_type {
 template <class T>
 struct IsStdArray : std::false_type {};
 template <class T, std::size_t N>
-struct IsStdArray<std::array<T, N>> : std::true_type {};
+struct IsStdArray<std::array<T, N>> : std::true_type {
+  using Item = T;
+  static constexpr std::size_t size = N;
+};
 
 template <class T>
 constexpr bool as_bytes() {

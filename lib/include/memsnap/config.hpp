@@ -64,8 +64,19 @@ using EnvLookup = std::function<std::optional<std::string>(const char*)>;
 EnvLookup process_env();
 
 // The effective configuration: defaults, then the file (`path`, or $MEMSNAP_CONFIG when empty),
-// then MEMSNAP_<KEY> overrides. Throws ConfigError.
+// then MEMSNAP_<KEY> overrides. Throws ConfigError. MEMSNAP_ENABLED=false wins over everything:
+// the file is not read then (it may be the bad file that made `memsnap run` turn recording off).
 Config load_config(const std::string& path, const EnvLookup& env);
+
+// True when MEMSNAP_ENABLED says false (false, 0, no, off): `memsnap run` passes it to a command
+// it does not record (its config failed to load, the folder holds an earlier record, enabled: false).
+bool disabled_by_environment(const EnvLookup& env);
+
+// The configuration a recording source starts with (the CUPTI library, the PyTorch attachment,
+// memsnap_init): std::nullopt when this process must not record. Quiet when MEMSNAP_ENABLED is
+// false (whoever set it has said why); otherwise a config that does not load, or enabled: false,
+// gives one line per process, however many sources ask. Never falls back to the defaults.
+std::optional<Config> recording_config(const std::string& path, const EnvLookup& env) noexcept;
 
 // Composer time strings: 3, "3", "3ba" are 3 batches. Throws ConfigError for other units.
 std::int64_t parse_batches(const nlohmann::json& value, std::string_view key, std::string_view origin);

@@ -30,8 +30,8 @@ inline constexpr int kActionCount = 9;
 std::string_view action_name(Action a);
 std::optional<Action> action_from_name(std::string_view name);
 
-// True for actions that end an allocation's life (free_completed, and free_requested when the
-// source never reports completion).
+// True for the actions on a whole segment of the allocator (segment_alloc, segment_free,
+// segment_map, segment_unmap), as against those on one allocation.
 inline bool is_segment_action(Action a) {
   return a == Action::segment_alloc || a == Action::segment_free || a == Action::segment_map ||
          a == Action::segment_unmap;

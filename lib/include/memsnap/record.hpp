@@ -27,6 +27,10 @@ struct RankMeta {
   std::int64_t start_unix_ns = 0;    // wall clock when recording began
   std::int64_t clock_offset_ns = 0;  // wall clock minus event clock, to line up nodes roughly
   std::vector<std::uint64_t> device_total_bytes;  // by device index; 0 when unknown
+  // The launch that recorded it (`memsnap run` passes its launch identity as MEMSNAP_LAUNCH):
+  // a run folder may hold records of several launches, and one store is made of one. Empty when
+  // nobody named the launch (a recorder started by hand, spills of memsnap before this field).
+  std::string launch;
 };
 
 // Why a window or a record ended where it did.

@@ -79,7 +79,8 @@ struct Fields<RankMeta> {
       field("tool_version", &RankMeta::tool_version),
       field("start_unix_ns", &RankMeta::start_unix_ns),
       field("clock_offset_ns", &RankMeta::clock_offset_ns),
-      field("device_total_bytes", &RankMeta::device_total_bytes)};
+      field("device_total_bytes", &RankMeta::device_total_bytes),
+      field("launch", &RankMeta::launch)};  // absent in older spills: empty
 };
 
 }  // namespace memsnap

@@ -1,47 +1,15 @@
 // The spill file: each recording process's durable, append-only record. The writer runs in the
 // training process (no MPI, no HDF5); the reader runs in the aggregator and `memsnap info`.
 //
-// Byte layout (all integers little-endian; x86-64 and aarch64 both are):
-//
-//   file   := header record*
-//   header := magic "MSNPSPIL" (8) | u32 format_version | u32 header_bytes (=24) | i64 created_unix_ns
-//   record := u32 type | u32 payload_bytes | u32 payload_crc32 | u32 head_crc32 | payload
-//             checksums are CRC-32C; head_crc32 covers the 12 bytes before it, so a damaged length is caught before it is
-//             used; payload_bytes <= kMaxRecordPayload.
-//
-//   payload by type (str := u32 length | bytes; arrays are raw trivially-copyable structs; the
-//   structs' fields are laid out by their tables in memsnap/record_fields.hpp, see codec.hpp):
-//     1 META          JSON text of RankMeta
-//     2 FRAMES        u32 first_id | u32 n | n x (str name | str file | u32 line)
-//     3 STACKS        u32 first_id | u32 n | n x (u32 depth | depth x u32 frame_id)
-//     4 WINDOW_OPEN   u32 window | i64 batch_start | i64 open_time_ns
-//     5 LIVE          u32 window | u32 n | n x LiveAlloc (40 bytes)
-//     6 EVENTS        u32 window | u32 n | n x Event (40 bytes)
-//     7 BATCH         u32 window | i64 batch | i64 time_ns
-//     8 SEGMENTS      u32 window | u32 n | n x (u64 addr | u64 size | u64 stream | i16 device |
-//                     str pool | u32 nblocks | nblocks x (u64 addr | u64 size | u64 requested |
-//                     u8 state | u32 stack_id))
-//     9 WINDOW_CLOSE  u32 window | i64 batch_end | i64 close_time_ns | u8 oom | u64 dropped
-//    10 END           JSON text (may be empty): how the process ended, e.g. {"used_mpi": true}
-//    11 WINDOW_BATCHES  u32 window | str batch_method | f64 batch_confidence | str batch_detail
-//                     (version 2; absent: "recorded", 1.0, "")
-//    12 WINDOW_EXTRAS u32 window | bytes: a piece of the window's source_extras (JSON text); the
-//                     pieces of a window concatenate in file order (version 2; absent: empty)
-//    13 EVENTS_PACKED u32 window | u32 n | n packed events: each as its changes from the one
-//                     before it in the record, in varints (lib/src/event_packing.hpp draws them;
-//                     4-12 bytes an event for a training loop's allocator)
-//
-// Version 2 added records 11 and 12, written only for windows whose values differ from the
-// defaults; a version 1 file reads as a version 2 file without them. Version 3 writes events as
-// EVENTS_PACKED, never EVENTS; the reader reads both.
-// Every record is written whole with one write(2), so a process killed at any moment leaves a file
-// whose complete records all read back; the reader reports the cut as `truncated`. A file
-// without END was not shut down cleanly (killed, crashed, or still running).
+// One append-only file of checksummed records (a magic and a version at its head); a process killed
+// at any moment leaves a file whose complete records all read back. The byte layout of the file and
+// of every record is drawn once, beside the writer: lib/src/spill_writer.cpp.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -168,6 +136,36 @@ bool write_spill(const RankRecord& record, const std::filesystem::path& path, st
 
 // The spill files of a run folder (RUN_DIR/spill/*.spill or RUN_DIR/*.spill), sorted by name.
 std::vector<std::filesystem::path> find_spills(const std::filesystem::path& run_dir);
+
+// The first META record of a spill, read from the file's head only (cheap for a file of any
+// size); std::nullopt when the file is not a spill or holds no readable META record yet.
+std::optional<RankMeta> read_spill_meta(const std::filesystem::path& path);
+
+/// The records of one launch in a run folder.
+struct SpillLaunch {
+  std::string id;                 // RankMeta::launch; empty: no launch named (see kUnnamedLaunch)
+  std::int64_t start_unix_ns = 0; // when its first rank began recording (0: unknown)
+  std::vector<int> ranks;         // sorted
+  std::vector<std::filesystem::path> files;
+};
+inline constexpr const char* kUnnamedLaunch = "unnamed";  // how --launch names records of no named launch
+
+/// `spills` (find_spills) grouped by the launch that wrote them, oldest first. A spill whose META
+/// cannot be read goes with the newest launch that has no record of its rank, else on its own.
+std::vector<SpillLaunch> spill_launches(const std::vector<std::filesystem::path>& spills);
+
+/// Which spills of a run folder make one store: those of `launch` (an id, or kUnnamedLaunch), or
+/// with `launch` empty those of the newest launch. `note` is one line for the user when the folder
+/// holds records of other launches that were left out; `error` when `launch` has no record there.
+struct LaunchChoice {
+  std::vector<std::filesystem::path> files;
+  std::string note;
+  std::string error;
+};
+LaunchChoice choose_launch(const std::filesystem::path& run_dir, const std::string& launch);
+
+/// "2025-01-31 14:02:07" (local time) for a launch's start; "an unknown time" for 0.
+std::string launch_time_text(std::int64_t unix_ns);
 
 // The spill file name of one process: rank<R>.pid<P>.spill.
 std::string spill_file_name(int rank, std::int64_t pid);

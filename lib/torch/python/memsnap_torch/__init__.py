@@ -136,6 +136,8 @@ def attach():
         if _attach_called:
             return _lib is not None
         _attach_called = True
+        if os.environ.get("MEMSNAP_ENABLED", "true").lower() in ("0", "false", "no", "off"):
+            return False  # memsnap run does not record this job (it said why) or the user turned memsnap off
         try:
             import torch
         except Exception as e:  # noqa: BLE001

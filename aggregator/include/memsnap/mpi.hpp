@@ -1,0 +1,160 @@
+// Owning handles and checked calls over MPI for the aggregator and the layers above it (report,
+// the CLI): an MPI session, a duplicated communicator, and the byte gathers/broadcasts that carry
+// serialized metadata to rank 0.
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "memsnap/errors.hpp"
+
+namespace memsnap::mpi {
+
+inline bool initialized() {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  return flag != 0;
+}
+
+inline bool finalized() {
+  int flag = 0;
+  MPI_Finalized(&flag);
+  return flag != 0;
+}
+
+inline void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw AggregateError(std::string("MPI: ") + what + " failed: " + std::string(text, static_cast<std::size_t>(len)));
+}
+
+/// Initialises MPI if nobody did, and finalises it at the end only in that case.
+class Session {
+ public:
+  Session() {
+    if (finalized()) throw AggregateError("MPI was already finalized in this process; it cannot be used again");
+    if (!initialized()) {
+      int argc = 0;
+      char** argv = nullptr;
+      check(MPI_Init(&argc, &argv), "MPI_Init");
+      m_owned = true;
+    }
+  }
+  ~Session() {
+    if (m_owned && !finalized()) MPI_Finalize();
+  }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+ private:
+  bool m_owned = false;
+};
+
+/// A private duplicate of a communicator: our messages never mix with the application's, and
+/// errors return codes (checked) instead of aborting the job.
+class Comm {
+ public:
+  explicit Comm(MPI_Comm parent) {
+    if (!initialized() || finalized()) throw AggregateError("MPI is not initialised (or already finalized)");
+    check(MPI_Comm_dup(parent, &m_comm), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m_comm, &m_rank);
+    MPI_Comm_size(m_comm, &m_size);
+  }
+  ~Comm() {
+    if (m_comm != MPI_COMM_NULL && !finalized()) {
+      if (MPI_Comm_free(&m_comm) != MPI_SUCCESS) std::cerr << "memsnap: warning: MPI_Comm_free failed\n";
+    }
+  }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  Comm(Comm&& o) noexcept
+      : m_comm(std::exchange(o.m_comm, MPI_COMM_NULL)), m_rank(o.m_rank), m_size(o.m_size) {}
+  Comm& operator=(Comm&&) = delete;
+
+  MPI_Comm get() const { return m_comm; }
+  int rank() const { return m_rank; }
+  int size() const { return m_size; }
+
+ private:
+  MPI_Comm m_comm = MPI_COMM_NULL;
+  int m_rank = 0;
+  int m_size = 1;
+};
+
+/// MPI for one command: initialised when nobody did (and finalised at the end then), and a
+/// private duplicate of MPI_COMM_WORLD. Throws AggregateError.
+struct World {
+  Session session;
+  Comm comm{MPI_COMM_WORLD};
+};
+
+/// Broadcasts a byte buffer from `root` (resized on the receivers).
+inline void bcast_bytes(const Comm& comm, std::vector<char>& bytes, int root) {
+  std::uint64_t n = bytes.size();
+  check(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm.get()), "MPI_Bcast");
+  if (n > static_cast<std::uint64_t>(INT_MAX)) throw AggregateError("a broadcast of " + std::to_string(n) + " bytes is too large");
+  bytes.resize(n);
+  if (n > 0) check(MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_BYTE, root, comm.get()), "MPI_Bcast");
+}
+
+/// Gathers every rank's bytes to `root` (one buffer per rank there; empty elsewhere).
+/// The sizes go first and the root broadcasts whether the total fits one Gatherv, so every rank
+/// takes the same path and none waits on a collective another skipped.
+inline std::vector<std::vector<char>> gather_bytes(const Comm& comm, const std::vector<char>& mine, int root) {
+  const std::uint64_t n = mine.size();
+  std::vector<std::uint64_t> sizes(comm.rank() == root ? comm.size() : 0);
+  check(MPI_Gather(&n, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, root, comm.get()), "MPI_Gather");
+  int fits = 1;
+  std::uint64_t total = 0;
+  if (comm.rank() == root) {
+    for (auto s : sizes) total += s;
+    fits = total <= static_cast<std::uint64_t>(INT_MAX) ? 1 : 0;
+  }
+  check(MPI_Bcast(&fits, 1, MPI_INT, root, comm.get()), "MPI_Bcast");
+  if (!fits) throw AggregateError("the gathered metadata (" + std::to_string(total) + " bytes) is over 2 GiB");
+  std::vector<int> counts, displs;
+  std::vector<char> all;
+  if (comm.rank() == root) {
+    counts.resize(comm.size());
+    displs.resize(comm.size());
+    int off = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      counts[r] = static_cast<int>(sizes[r]);
+      displs[r] = off;
+      off += counts[r];
+    }
+    all.resize(total);
+  }
+  check(MPI_Gatherv(mine.data(), static_cast<int>(n), MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE,
+                    root, comm.get()),
+        "MPI_Gatherv");
+  std::vector<std::vector<char>> out;
+  if (comm.rank() == root) {
+    for (int r = 0; r < comm.size(); ++r) out.emplace_back(all.begin() + displs[r], all.begin() + displs[r] + counts[r]);
+  }
+  return out;
+}
+
+/// Every rank learns whether any rank failed: returns "" when none did, else the first failing
+/// rank's message (on rank 0; "failed" elsewhere). Collective, so no rank waits on one that quit.
+inline std::string agree_on_error(const Comm& comm, const std::string& mine) {
+  int bad = mine.empty() ? 0 : 1, any = 0;
+  check(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm.get()), "MPI_Allreduce");
+  if (!any) return {};
+  const auto all = gather_bytes(comm, std::vector<char>(mine.begin(), mine.end()), 0);
+  for (const auto& m : all) {
+    if (!m.empty()) return std::string(m.begin(), m.end());
+  }
+  return "failed";
+}
+
+}  // namespace memsnap::mpi

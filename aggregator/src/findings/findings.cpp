@@ -1,0 +1,179 @@
+// The findings of a run, rule after rule (rules.hpp), and how a finding and a window's digest
+// are written down: summary.json's objects and the store's digest rows.
+#include <map>
+
+#include "rules.hpp"
+
+namespace memsnap {
+
+using nlohmann::json;
+
+std::vector<Finding> compute_findings(const StoreInfo& info, const std::vector<SiteRow>& sites,
+                                      const std::vector<WindowDigest>& digests) {
+  findings::Run run(info, sites, digests);
+  // Per rank, the state of its record, then its OOMs.
+  std::vector<Finding> state, ooms;
+  findings::record_state_findings(run, state);
+  findings::oom_findings(run, ooms);
+  std::vector<Finding> out;
+  out.reserve(state.size() + ooms.size());
+  std::size_t i = 0, j = 0;
+  while (i < state.size() || j < ooms.size()) {
+    if (j == ooms.size() || (i < state.size() && state[i].rank <= ooms[j].rank)) {
+      out.push_back(std::move(state[i++]));
+    } else {
+      out.push_back(std::move(ooms[j++]));
+    }
+  }
+  findings::leak_findings(run, out);
+  findings::shard_imbalance_findings(run, out);
+  findings::spike_findings(run, out);
+  std::vector<int> outliers;
+  const json imbalance = findings::imbalance_of(run);
+  for (const auto& r : imbalance["outlier_ranks"]) outliers.push_back(r.get<int>());
+  findings::unexplained_findings(run, outliers, out);
+  return out;
+}
+
+json peak_imbalance(const StoreInfo& info, const std::vector<Finding>& found) {
+  const std::vector<SiteRow> no_sites;
+  const std::vector<WindowDigest> no_digests;
+  const findings::Run run(info, no_sites, no_digests);
+  json imbalance = findings::imbalance_of(run);
+  // Each outlier rank's causes: the kinds of its findings, in order (one pass over them).
+  std::map<int, std::vector<std::string>> kinds_of;
+  for (const auto& f : found) {
+    auto& k = kinds_of[f.rank];
+    if (std::find(k.begin(), k.end(), f.kind) == k.end()) k.push_back(f.kind);
+  }
+  json causes = json::object();
+  for (const auto& o : imbalance["outlier_ranks"]) {
+    const int r = o.get<int>();
+    json kinds = json::array();
+    for (const auto& kind : kinds_of[r]) kinds.push_back(kind);
+    causes[std::to_string(r)] = std::move(kinds);
+  }
+  imbalance["outlier_causes"] = std::move(causes);
+  return imbalance;
+}
+
+json finding_json(const Finding& f) {
+  auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  json j = {{"kind", f.kind},
+            {"rank", f.rank},
+            {"batch", f.has_batch ? json(f.batch) : json(nullptr)},
+            {"bytes", f.bytes},
+            {"site", or_null(f.site)},
+            {"detail", f.detail}};
+  if (f.kind == "oom" && f.oom_in_batch) {
+    j["live"] = f.live;
+    j["went_on"] = f.went_on;
+  }
+  if (f.kind == "leak" || f.kind == "spike") j["batches_inferred"] = f.batches_inferred;
+  if (f.kind == "shard_imbalance") j["category"] = or_null(f.category);
+  return j;
+}
+
+json findings_json(const std::vector<Finding>& found) {
+  json out = json::array();
+  for (const auto& f : found) out.push_back(finding_json(f));
+  return out;
+}
+
+WindowDigest window_digest(const WindowRecord& w, const WindowStats& s, int rank, int window) {
+  WindowDigest d;
+  d.rank = rank;
+  d.window = window;
+  d.batch = w.batch_end;
+  d.batches = s.batches;
+  d.batch_method = w.batch_method;
+  d.batch_confidence = w.batch_confidence;
+  d.batch_detail = w.batch_detail;
+  d.growth_per_batch = s.growth_per_batch;
+  d.growth_monotone = s.growth_monotone;
+  d.growth_site = s.growth_site;
+  d.growth_site_per_batch = s.growth_site_per_batch;
+  d.retained_per_batch = s.retained_per_batch;
+  d.retained_site = s.retained_site;
+  d.retained_times = s.retained_times;
+  d.growth_regrown = s.growth_regrown;
+  d.sites_at_low = s.sites_at_low;
+  d.cut_short = s.oom || w.status != RecordStatus::ok || !w.closed;
+  return d;
+}
+
+void DigestTables::add(const WindowDigest& d) {
+  windows.push_back(DigestWindowRow{d.rank, d.window, d.batch, d.batch_method, d.batch_confidence, d.batch_detail,
+                                    d.growth_per_batch, d.growth_monotone, d.growth_site, d.growth_site_per_batch,
+                                    d.retained_per_batch, d.retained_site, d.retained_times, d.growth_regrown,
+                                    d.cut_short});
+  for (const auto& b : d.batches) {
+    batches.push_back(DigestBatchRow{d.rank, d.window, b.batch, b.peak_allocated, b.live_at_end, b.live_at_start,
+                                     b.min_allocated, b.peak_site, b.peak_site_excess, b.oom, b.oom_went_on,
+                                     b.oom_requested, b.live_at_oom, b.oom_site});
+  }
+  for (const auto& h : d.sites_at_low) held.push_back(DigestHeldRow{d.rank, d.window, h.name, h.category, h.bytes});
+}
+
+std::vector<WindowDigest> DigestTables::windows_grouped() const {
+  std::vector<WindowDigest> out;
+  out.reserve(windows.size());
+  std::map<std::pair<int, int>, std::size_t> at;
+  for (const auto& w : windows) {
+    at[{w.rank, w.window}] = out.size();
+    WindowDigest d;
+    d.rank = w.rank;
+    d.window = w.window;
+    d.batch = w.batch;
+    d.batch_method = w.batch_method;
+    d.batch_confidence = w.batch_confidence;
+    d.batch_detail = w.batch_detail;
+    d.growth_per_batch = w.growth_per_batch;
+    d.growth_monotone = w.growth_monotone;
+    d.growth_site = w.growth_site;
+    d.growth_site_per_batch = w.growth_site_per_batch;
+    d.retained_per_batch = w.retained_per_batch;
+    d.retained_site = w.retained_site;
+    d.retained_times = w.retained_times;
+    d.growth_regrown = w.growth_regrown;
+    d.cut_short = w.cut_short;
+    out.push_back(std::move(d));
+  }
+  for (const auto& b : batches) {
+    auto it = at.find({b.rank, b.window});
+    if (it == at.end()) continue;
+    out[it->second].batches.push_back(BatchStat{b.batch, b.peak_allocated, b.live_at_end, b.live_at_start, b.min_allocated,
+                                                b.peak_site, b.peak_site_excess, b.oom, b.oom_went_on, b.oom_requested,
+                                                b.live_at_oom, b.oom_site});
+  }
+  for (const auto& h : held) {
+    auto it = at.find({h.rank, h.window});
+    if (it != at.end()) out[it->second].sites_at_low.push_back(HeldSite{h.site, h.category, h.bytes});
+  }
+  return out;
+}
+
+StoreFindings compute_store_findings(const StoreReader& store) {
+  const StoreInfo info = store.info();
+  StoreFindings out;
+  std::vector<WindowDigest> digests;
+  for (const auto& r : info.ranks) {
+    if (r.n_windows == 0) continue;
+    const RankRecord record = store.read_rank(r.rank);
+    for (std::size_t i = 0; i < record.windows.size(); ++i) {
+      const WindowStats s = analyse_window(record, record.windows[i]);
+      digests.push_back(window_digest(record.windows[i], s, r.rank, static_cast<int>(i)));
+      out.digest.add(digests.back());
+    }
+  }
+  out.findings = compute_findings(info, store.sites(), digests);
+  return out;
+}
+
+std::vector<Finding> read_findings(const std::filesystem::path& path) {
+  const StoreReader store(path);
+  if (store.has_findings()) return store.findings();
+  return compute_store_findings(store).findings;
+}
+
+}  // namespace memsnap

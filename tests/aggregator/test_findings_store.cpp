@@ -1,0 +1,304 @@
+// Findings kept in the store: `memsnap aggregate` (with and without mpirun) writes /findings and
+// the cross-rank digest; they are what the rank files give when analysed again; an earlier
+// format's store computes them on the fly; `memsnap info` lists them, a plain HDF5 reader and
+// h5py read them, and `memsnap report` shows the store's findings without computing its own.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "memsnap/findings.hpp"
+#include "memsnap/spill.hpp"
+#include "memsnap/store.hpp"
+#include "spill_gen.hpp"
+#include "test_util.hpp"
+
+namespace memsnap {
+namespace {
+
+namespace fs = std::filesystem;
+using test::GenSpec;
+using test::TempDir;
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+Result sh(const std::string& cmd) {
+  TempDir t;
+  const std::string full = "(" + cmd + ") >" + quote((t / "out").string()) + " 2>" + quote((t / "err").string());
+  const int status = std::system(full.c_str());
+  Result r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  r.out = test::read_file(t / "out");
+  r.err = test::read_file(t / "err");
+  return r;
+}
+
+std::string cli() { return (fs::path(MEMSNAP_BIN_DIR) / "memsnap").string(); }
+
+Result aggregate(int np, const fs::path& run, const fs::path& store) {
+  std::string cmd;
+  if (np > 0) cmd = std::string("timeout 120 ") + MEMSNAP_MPIEXEC + " -n " + std::to_string(np) + " --oversubscribe ";
+  return sh(cmd + quote(cli()) + " aggregate --keep-going -o " + quote(store.string()) + " " + quote(run.string()));
+}
+
+// World 6: ranks 0, 1, 3 and 5 fine, 2 missing, 4 killed inside its last window (truncated).
+void make_run(const fs::path& run) {
+  fs::create_directories(run / "spill");
+  for (int r : {0, 1, 3, 4, 5}) {
+    GenSpec s;
+    s.rank = r;
+    s.world_size = 6;
+    s.last_window_open = r == 4;
+    const RankRecord rec = test::make_record(s);
+    ASSERT_TRUE(test::write_spill_file(run / "spill" / spill_file_name(r, 1000 + r), rec, r != 4));
+  }
+  test::cut_file(run / "spill" / spill_file_name(4, 1004), 5);
+}
+
+std::vector<std::string> kinds(const std::vector<Finding>& f) {
+  std::vector<std::string> out;
+  for (const auto& x : f) out.push_back(x.kind + " " + std::to_string(x.rank));
+  return out;
+}
+
+// One string column of a dataset of compound rows, read with nothing but HDF5.
+std::vector<std::string> raw_column(const fs::path& file, const char* dataset, const char* column, std::size_t width) {
+  std::vector<std::string> out;
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return out;
+  const hid_t ds = H5Dopen2(f, dataset, H5P_DEFAULT);
+  if (ds >= 0) {
+    const hid_t space = H5Dget_space(ds);
+    const auto n = static_cast<std::size_t>(H5Sget_simple_extent_npoints(space));
+    const hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, width);
+    H5Tset_cset(str, H5T_CSET_UTF8);
+    const hid_t mem = H5Tcreate(H5T_COMPOUND, width);
+    H5Tinsert(mem, column, 0, str);
+    std::vector<char> buf(n * width, '\0');
+    if (n > 0 && H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) >= 0) {
+      for (std::size_t i = 0; i < n; ++i) out.emplace_back(buf.data() + i * width, strnlen(buf.data() + i * width, width));
+    }
+    H5Tclose(mem);
+    H5Tclose(str);
+    H5Sclose(space);
+    H5Dclose(ds);
+  }
+  H5Fclose(f);
+  return out;
+}
+
+// The store holds the findings computed when it was written, the same with one aggregator rank
+// or three, and they are what the rank files give when every window is analysed again (as
+// `memsnap report` did before the store kept them).
+TEST(FindingsStore, AggregateKeepsTheFindingsAndTheirDigest) {
+  TempDir t;
+  make_run(t / "run");
+  std::vector<Finding> first;
+  for (int np : {0, 3}) {
+    SCOPED_TRACE("np " + std::to_string(np));
+    const fs::path store = t / ("store" + std::to_string(np) + ".h5");
+    const Result r = aggregate(np, t / "run", store);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const StoreReader reader(store);
+    EXPECT_EQ(reader.info().format_version, 3);
+    ASSERT_TRUE(reader.has_findings());
+    const std::vector<Finding> stored = reader.findings();
+    ASSERT_GE(stored.size(), 2u);
+    EXPECT_EQ(kinds({stored.begin(), stored.begin() + 2}), (std::vector<std::string>{"missing 2", "truncated 4"}));
+    EXPECT_EQ(stored[0].has_batch, false);
+    EXPECT_NE(stored[1].detail.find("rank 4's record is truncated"), std::string::npos) << stored[1].detail;
+    EXPECT_TRUE(stored[1].has_batch);
+    EXPECT_GE(stored[1].window, 0);
+    const StoreFindings again = compute_store_findings(reader);
+    EXPECT_EQ(stored, again.findings);
+    const DigestTables digest = reader.digest();
+    EXPECT_EQ(digest.windows, again.digest.windows);
+    EXPECT_EQ(digest.batches, again.digest.batches);
+    EXPECT_EQ(digest.held, again.digest.held);
+    EXPECT_EQ(digest.windows.size(), 10u);  // 5 ranks x 2 windows (rank 4's last one cut short)
+    EXPECT_EQ(read_findings(store), stored);
+    if (first.empty()) first = stored;
+    EXPECT_EQ(stored, first);
+    // A plain HDF5 reader finds the columns by name.
+    const auto raw = raw_column(store, "findings", "kind", 64);
+    ASSERT_EQ(raw.size(), stored.size());
+    for (std::size_t i = 0; i < raw.size(); ++i) EXPECT_EQ(raw[i], stored[i].kind);
+  }
+}
+
+// A store written before /findings existed: read_findings computes them from its rank files, the
+// same as a store that keeps them; `memsnap info` lists them either way.
+TEST(FindingsStore, AnEarlierFormatsStoreComputesThemOnTheFly) {
+  TempDir t;
+  make_run(t / "run");
+  const fs::path store = t / "run/memsnap.h5";
+  ASSERT_EQ(aggregate(0, t / "run", store).rc, 0);
+  const std::vector<Finding> stored = read_findings(store);
+  ASSERT_FALSE(stored.empty());
+  // As memsnap wrote format version 2: no /findings, no /digest.
+  {
+    const hid_t f = H5Fopen(store.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    EXPECT_GE(H5Ldelete(f, "findings", H5P_DEFAULT), 0);
+    EXPECT_GE(H5Ldelete(f, "digest", H5P_DEFAULT), 0);
+    const std::int64_t two = 2;
+    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &two), 0);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+  const StoreReader old(store);
+  EXPECT_EQ(old.info().format_version, 2);
+  EXPECT_FALSE(old.has_findings());
+  EXPECT_EQ(read_findings(store), stored);
+  const Result i = sh(quote(cli()) + " info --json " + quote(store.string()));
+  ASSERT_EQ(i.rc, 0) << i.err;
+  EXPECT_EQ(nlohmann::json::parse(i.out)["findings"], findings_json(stored));
+
+  // The version 1 store of the fuzz corpus (one rank: no findings), read as it is.
+  const std::string raw = test::read_file(fs::path(MEMSNAP_SOURCE_DIR) / "tests/fuzz/corpus/store_raw/aggregate_fsdp_sim.bin");
+  ASSERT_GT(raw.size(), 4u);
+  std::uint32_t n = 0;
+  std::memcpy(&n, raw.data(), 4);
+  fs::create_directories(t / "v1/memsnap.h5.d");
+  test::write_file(t / "v1/memsnap.h5", raw.substr(4, n));
+  test::write_file(t / "v1/memsnap.h5.d/rank0.h5", raw.substr(4 + n));
+  EXPECT_EQ(StoreReader(t / "v1/memsnap.h5").info().format_version, 1);
+  EXPECT_EQ(read_findings(t / "v1/memsnap.h5"), compute_store_findings(StoreReader(t / "v1/memsnap.h5")).findings);
+}
+
+// `memsnap info` lists the store's findings: in --json, and one line each in the table.
+TEST(FindingsStore, InfoListsTheFindings) {
+  TempDir t;
+  make_run(t / "run");
+  const fs::path store = t / "run/memsnap.h5";
+  ASSERT_EQ(aggregate(0, t / "run", store).rc, 0);
+  const Result j = sh(quote(cli()) + " info --json " + quote(store.string()));
+  ASSERT_EQ(j.rc, 0) << j.err;
+  const auto info = nlohmann::json::parse(j.out);
+  ASSERT_GE(info["findings"].size(), 2u) << j.out;
+  EXPECT_EQ(info["findings"], findings_json(read_findings(store)));
+  EXPECT_EQ(info["findings"][0]["kind"], "missing");
+  EXPECT_EQ(info["findings"][0]["rank"], 2);
+  EXPECT_TRUE(info["findings"][0]["batch"].is_null());
+  const Result table = sh(quote(cli()) + " info " + quote(store.string()));
+  ASSERT_EQ(table.rc, 0) << table.err;
+  EXPECT_NE(table.out.find(std::to_string(info["findings"].size()) + " findings:\n  missing: rank 2 left no record (no spill file)\n  truncated: rank 4's record is truncated"),
+            std::string::npos)
+      << table.out;
+}
+
+// `memsnap report` renders the store's findings: a finding the store says differently is shown as
+// the store says it, on the cross page, the rank page and in summary.json.
+TEST(FindingsStore, ReportShowsTheStoresFindings) {
+  TempDir t;
+  make_run(t / "run");
+  const fs::path store = t / "run/memsnap.h5";
+  ASSERT_EQ(aggregate(0, t / "run", store).rc, 0);
+  {
+    const StoreReader reader(store);
+    const StoreInfo info = reader.info();
+    StoreIndex index;
+    index.run_name = info.run_name;
+    index.world_size = info.world_size;
+    index.config_json = info.config_json;
+    index.created = info.created;
+    index.tool_version = info.tool_version;
+    index.ranks = info.ranks;
+    index.rows = info.rows;
+    index.sites = reader.sites();
+    StoreFindings kept{reader.findings(), reader.digest()};
+    Finding spike;
+    spike.kind = "spike";
+    spike.rank = 1;
+    spike.window = 0;
+    spike.has_batch = true;
+    spike.batch = 3;
+    spike.bytes = 77;
+    spike.site = "kept_in_the_store (x.py:1)";
+    spike.detail = "a finding only the store knows of";
+    spike.method = "recorded";
+    kept.findings.push_back(spike);
+    index.findings = &kept;
+    fs::remove(store);
+    write_root_file(store, index);
+  }
+  const Result r = sh(quote(cli()) + " report --no-upload -o " + quote((t / "report").string()) + " " + quote(store.string()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto summary = nlohmann::json::parse(test::read_file(t / "report/summary.json"));
+  ASSERT_FALSE(summary["findings"].empty());
+  EXPECT_EQ(summary["findings"], findings_json(read_findings(store)));
+  EXPECT_EQ(summary["findings"].back()["detail"], "a finding only the store knows of");
+  EXPECT_EQ(summary["findings"].back()["site"], "kept_in_the_store (x.py:1)");
+  EXPECT_NE(test::read_file(t / "report/index.html").find("a finding only the store knows of"), std::string::npos);
+  bool on_rank_page = false;
+  for (const auto& e : fs::directory_iterator(t / "report")) {
+    if (e.path().filename().string().find("rank1") == std::string::npos) continue;
+    on_rank_page |= test::read_file(e.path()).find("a finding only the store knows of") != std::string::npos;
+  }
+  EXPECT_TRUE(on_rank_page);
+}
+
+// On real torch pickles (tests/data/torch-loops through the real `memsnap import`; five loops
+// that between them plant every cause, to keep the test short; all of them agreed when written):
+// the findings the store keeps are those its rank files give analysed again, which is what
+// `memsnap report` computed before the store kept them.
+TEST(FindingsStore, ImportKeepsTheFindingsTheRankFilesGive) {
+  const fs::path loops = fs::path(MEMSNAP_SOURCE_DIR) / "tests/data/torch-loops";
+  std::size_t checked = 0, found = 0;
+  for (const char* name : {"lm_autocast", "oom_caught", "amp_cat_metrics", "everyrank_cat", "fsdp2_ring"}) {
+    const fs::directory_entry loop(loops / name);
+    SCOPED_TRACE(name);
+    TempDir t;
+    std::string pickles;
+    for (const auto& e : fs::directory_iterator(loop.path())) {
+      if (e.path().extension() == ".pickle") pickles += " " + quote(e.path().string());
+    }
+    const fs::path store = t / "s.h5";
+    const Result r = sh(quote(cli()) + " import" + pickles + " -o " + quote(store.string()));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const StoreReader reader(store);
+    ASSERT_TRUE(reader.has_findings());
+    const StoreFindings again = compute_store_findings(reader);
+    EXPECT_EQ(findings_json(reader.findings()), findings_json(again.findings));
+    EXPECT_EQ(reader.digest().batches, again.digest.batches);
+    found += again.findings.size();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5u);
+  EXPECT_GT(found, checked);  // the loops plant causes
+}
+
+// h5py reads /findings (where the python3 at hand has it).
+TEST(FindingsStore, H5pyReadsTheFindings) {
+  if (sh("python3 -c 'import h5py'").rc != 0) GTEST_SKIP() << "no h5py for python3";
+  TempDir t;
+  make_run(t / "run");
+  const fs::path store = t / "run/memsnap.h5";
+  ASSERT_EQ(aggregate(0, t / "run", store).rc, 0);
+  test::write_file(t / "check.py",
+                   "import h5py, sys\n"
+                   "f = h5py.File(sys.argv[1], 'r')\n"
+                   "x = f['/findings'][:]\n"
+                   "print([(k.decode(), int(r)) for k, r in zip(x['kind'], x['rank'])][:2], len(f['/digest/batches']) > 0)\n");
+  const Result p = sh("python3 " + quote((t / "check.py").string()) + " " + quote(store.string()));
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_EQ(p.out, "[('missing', 2), ('truncated', 4)] True\n");
+}
+
+}  // namespace
+}  // namespace memsnap
