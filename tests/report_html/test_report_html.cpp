@@ -191,6 +191,9 @@ std::string find_chromium() {
   return "";
 }
 
+// The value of attribute `name` on the first element that starts with `element_start`.
+std::string attr_of(const std::string& dom, const std::string& element_start, const std::string& name);
+
 class ReportHtmlBrowserTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -231,12 +234,7 @@ class ReportHtmlBrowserTest : public ::testing::Test {
   }
   // body[data-NAME], or "" when absent.
   static std::string body_attr(const std::string& dom, const std::string& name) {
-    std::smatch m;
-    if (!std::regex_search(dom, m, std::regex("<body[^>]*>"))) return "";
-    const std::string body = m.str();
-    std::smatch a;
-    if (!std::regex_search(body, a, std::regex(" data-" + name + "=\"([^\"]*)\""))) return "";
-    return a[1].str();
+    return attr_of(dom, "<body", "data-" + name);
   }
   // The page rendered, without script errors, and its self test (#selftest) passed.
   void expect_rendered(const std::string& dom, const std::string& what, bool selftest = true) {
@@ -294,15 +292,19 @@ void import_loop(const std::string& loop, const fs::path& dir) {
   const Ran r = sh(kMemsnap + " import " + kLoops + loop + "/*.pickle -o '" + (dir / "memsnap.h5").string() + "'");
   ASSERT_EQ(r.code, 0) << r.out;
 }
-// body[data-NAME] of a dump, or "".
 std::string attr_of(const std::string& dom, const std::string& element_start, const std::string& name) {
   const auto at = dom.find(element_start);
   if (at == std::string::npos) return "";
   const auto end = dom.find('>', at);
+  // By hand, not with std::regex: libstdc++'s matcher recurses per character, and a long value
+  // (a flame path) overflows the stack under ASan.
   const std::string tag = dom.substr(at, end - at);
-  std::smatch m;
-  if (!std::regex_search(tag, m, std::regex(" " + name + "=\"([^\"]*)\""))) return "";
-  return m[1].str();
+  const std::string key = " " + name + "=\"";
+  const auto v = tag.find(key);
+  if (v == std::string::npos) return "";
+  const auto from = v + key.size();
+  const auto to = tag.find('"', from);
+  return to == std::string::npos ? "" : tag.substr(from, to - from);
 }
 
 TEST_F(ReportHtmlBrowserTest, FourRankFsdpRun) {
