@@ -20,4 +20,9 @@ fi
 bash "$MEMSNAP_ROOT/ci/setup.sh"
 memsnap_build -DMEMSNAP_SANITIZE="$sanitize"
 cd "$MEMSNAP_BUILD"
-ctest --output-on-failure -j "$jobs" --timeout 600 "$@"
+# Under TSan the browser tests are left out: they drive Chromium over single-threaded page code, and
+# the threaded parts they pass through (aggregation, import) run under TSan in their own tests.
+# Under ASan and in the plain build they all run.
+skip=()
+[ "$sanitize" = thread ] && skip=(-LE report_html)
+ctest --output-on-failure -j "$jobs" --timeout 600 "${skip[@]}" "$@"
