@@ -3,18 +3,28 @@
 // Each pickle becomes one window of its rank (rank and batch from the file name). The pickles of
 // a rank are merged into one record, written as that rank's spill in a private folder, and the
 // folder is aggregated exactly as a recorded run is: same analysis, same store, same sharing of
-// the work under mpirun. The folder is removed afterwards.
+// the work under mpirun. The folder is removed afterwards. Within a process, the pickles are read
+// on threads (one per CPU, while memory allows) and merged in the order a serial import reads
+// them, so the store is the same either way.
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <new>
+#include <mutex>
 #include <random>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+#include <thread>
 
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
@@ -62,7 +72,7 @@ void merge_into(RankRecord& into, RankRecord&& from) {
 
 // One line on how the windows' batches were found, so a user sees at once when they were inferred
 // (and where nothing was found).
-void print_batch_methods(const fs::path& store, std::ostream& out) {
+void print_batch_methods(const fs::path& store, const std::string& verb, std::ostream& out) {
   try {
     std::map<std::string, int> count;
     double lowest = 1;
@@ -76,7 +86,7 @@ void print_batch_methods(const fs::path& store, std::ostream& out) {
     for (const auto& [method, n] : count) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + method;
     char conf[32];
     std::snprintf(conf, sizeof conf, "%.2f", lowest);
-    out << "memsnap import: batch boundaries: " << line << " (lowest confidence " << conf
+    out << verb << ": batch boundaries: " << line << " (lowest confidence " << conf
         << "; memsnap info --json has each window's; give --interval if the windows' batch count is known)\n";
   } catch (const std::exception&) {
     // the store was just written; a failure to read it back is reported by whoever opens it next
@@ -149,25 +159,193 @@ std::string plural(std::size_t n, const std::string& thing) {
   return std::to_string(n) + " " + thing + (n == 1 ? "" : "s");
 }
 
+/// One pickle to read: its file and who and when it is.
+struct PickleTask {
+  fs::path path;
+  torch::ImportOptions options;
+};
+
+/// A pickle read: its record (with the extras in each window), or the line saying why not.
+struct PickleOutcome {
+  torch::ImportResult result;
+  std::string error;
+};
+
+PickleOutcome read_pickle(const PickleTask& t) {
+  PickleOutcome out;
+  try {
+    out.result = torch::import_snapshot_file(t.path.string(), t.options);
+    // What the record has no place for travels with the window, so that export gives the pickle back.
+    for (auto& w : out.result.record.windows) w.source_extras = out.result.extras.dump();
+    out.result.extras = nlohmann::json();
+  } catch (const std::bad_alloc&) {
+    out.error = t.path.string() + ": out of memory while reading it";
+  } catch (const std::exception& e) {
+    out.error = e.what();
+    // Every line names the file (the importer's own errors do).
+    if (out.error.rfind(t.path.string(), 0) != 0) out.error = t.path.string() + ": " + out.error;
+  }
+  return out;
+}
+
+/// Memory a pickle takes while it is read and until it is merged, per byte of file: the reader's
+/// values, the record and the extras' JSON. Measured with the reader that builds the whole tree
+/// (tests/bench/bench_import.sh): peak RSS 6.7 GB for a 275 MB pickle of 1M entries with a frames
+/// list and frame dicts each, 20x for shared frames.
+constexpr std::uint64_t kMemoryPerPickleByte = 26;
+
+/// What threads may hold at once: three quarters of /proc/meminfo's MemAvailable (a 1 GiB
+/// stand-in where it cannot be read).
+std::uint64_t memory_budget() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      const std::uint64_t kib = std::strtoull(line.c_str() + 13, nullptr, 10);
+      if (kib > 0) return kib * 1024 / 4 * 3;
+    }
+  }
+  return 1ULL << 30;
+}
+
+/// Threads to read pickles on: the CPUs this process may run on, shared with the other memsnap
+/// ranks on the node (mpirun -np M spreads the pickles over processes instead). Collective.
+unsigned reader_threads(const mpi::Comm& comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  mpi::check(MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  int on_node = 1;
+  MPI_Comm_size(node, &on_node);
+  MPI_Comm_free(&node);
+  unsigned allowed = std::max(1u, std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) allowed = static_cast<unsigned>(std::max(1, CPU_COUNT(&set)));
+  const unsigned share = std::max(1u, std::max(1u, std::thread::hardware_concurrency()) / static_cast<unsigned>(on_node));
+  return std::min(allowed, share);
+}
+
+/// Reads the tasks' pickles ahead on `threads` threads, in task order, while the caller takes the
+/// outcomes in that same order. A pickle starts only while the memory the started and not yet
+/// taken ones need (file size x kMemoryPerPickleByte) stays within `budget`, or when none is in
+/// flight. With one thread it reads each pickle in take(), as a serial import does.
+class PickleReader {
+ public:
+  PickleReader(const std::vector<PickleTask>& tasks, unsigned threads, std::uint64_t budget)
+      : m_tasks(tasks), m_slots(tasks.size()), m_budget(budget) {
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      std::error_code ec;
+      const auto bytes = fs::file_size(tasks[i].path, ec);
+      m_slots[i].cost = (ec ? 0 : bytes) * kMemoryPerPickleByte;
+    }
+    threads = static_cast<unsigned>(std::min<std::size_t>(threads, tasks.size()));
+    if (threads <= 1) return;
+    for (unsigned i = 0; i < threads; ++i) m_threads.emplace_back([this] { work(); });
+  }
+  ~PickleReader() {
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      m_stopping = true;
+    }
+    m_cv.notify_all();
+    for (auto& t : m_threads) t.join();
+  }
+  PickleReader(const PickleReader&) = delete;
+  PickleReader& operator=(const PickleReader&) = delete;
+
+  /// The outcome of task `i`; tasks are taken in order, each once.
+  PickleOutcome take(std::size_t i) {
+    if (m_threads.empty()) return read_pickle(m_tasks[i]);
+    std::unique_lock<std::mutex> lock(m_mutex);
+    m_cv.wait(lock, [&] { return m_slots[i].done; });
+    PickleOutcome out = std::move(m_slots[i].outcome);
+    m_slots[i].outcome = PickleOutcome();
+    m_in_flight -= m_slots[i].cost;
+    lock.unlock();
+    m_cv.notify_all();
+    return out;
+  }
+
+ private:
+  struct Slot {
+    std::uint64_t cost = 0;
+    bool done = false;
+    PickleOutcome outcome;
+  };
+  const std::vector<PickleTask>& m_tasks;
+  std::vector<Slot> m_slots;
+  std::uint64_t m_budget;
+  std::vector<std::thread> m_threads;
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  std::size_t m_next = 0;        // the next task to start
+  std::uint64_t m_in_flight = 0;  // cost of the started tasks not yet taken
+  bool m_stopping = false;
+
+  void work() {
+    std::unique_lock<std::mutex> lock(m_mutex);
+    for (;;) {
+      m_cv.wait(lock, [&] {
+        return m_stopping || m_next >= m_slots.size() || m_in_flight == 0 ||
+               m_in_flight + m_slots[m_next].cost <= m_budget;
+      });
+      if (m_stopping || m_next >= m_slots.size()) return;
+      const std::size_t i = m_next++;
+      m_in_flight += m_slots[i].cost;
+      lock.unlock();
+      PickleOutcome out = read_pickle(m_tasks[i]);
+      lock.lock();
+      m_slots[i].outcome = std::move(out);
+      m_slots[i].done = true;
+      m_cv.notify_all();
+    }
+  }
+};
+
 }  // namespace
+
+std::vector<fs::path> expand_pickle_paths(const std::vector<fs::path>& paths) {
+  std::vector<fs::path> out;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    if (!fs::is_directory(p, ec)) {
+      out.push_back(p);
+      continue;
+    }
+    std::vector<fs::path> found;
+    for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string ext = it->path().extension().string();
+      if ((ext == ".pickle" || ext == ".pkl") && it->is_regular_file(ec)) found.push_back(it->path());
+    }
+    if (ec) throw std::runtime_error(p.string() + ": cannot list the folder: " + ec.message());
+    if (found.empty()) throw std::runtime_error(p.string() + ": a folder without snapshot files (*.pickle, *.pkl)");
+    std::sort(found.begin(), found.end());
+    out.insert(out.end(), found.begin(), found.end());
+  }
+  return out;
+}
 
 int import_main(const ImportCliOptions& o) {
   std::unique_ptr<mpi::World> mpi_world;
   try {
     mpi_world = std::make_unique<mpi::World>();
   } catch (const std::exception& e) {
-    std::cerr << "memsnap import: " << e.what() << "\n";
+    std::cerr << o.verb << ": " << e.what() << "\n";
     return 1;
   }
   const mpi::Comm* comm = &mpi_world->comm;
   const bool root = comm->rank() == 0;
   auto fail = [&](const std::string& line) {
-    if (root) std::cerr << "memsnap import: " << line << "\n";
+    if (root) std::cerr << o.verb << ": " << line << "\n";
     return 1;
   };
+  std::vector<fs::path> pickles;
+  try {
+    pickles = expand_pickle_paths(o.pickles);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
 
   // Which file is which rank and batch: decided alike on every rank (no I/O yet).
-  if ((o.rank.has_value() || o.batch.has_value()) && o.pickles.size() != 1) {
+  if ((o.rank.has_value() || o.batch.has_value()) && pickles.size() != 1) {
     return fail("--rank and --batch name one file; with several, name them by a --template");
   }
   if (o.rank.has_value() != o.batch.has_value()) return fail("--rank and --batch go together");
@@ -185,7 +363,7 @@ int import_main(const ImportCliOptions& o) {
   }
   std::map<int, std::vector<std::pair<std::int64_t, fs::path>>> by_rank;
   std::map<std::pair<int, std::int64_t>, fs::path> seen;
-  for (const auto& p : o.pickles) {
+  for (const auto& p : pickles) {
     std::pair<int, std::int64_t> rb;
     if (o.rank) {
       rb = {*o.rank, *o.batch};
@@ -245,57 +423,70 @@ int import_main(const ImportCliOptions& o) {
     if (root) fs::remove_all(work, ec);
     return fail(first);
   }
-  std::size_t my_pickles = 0;
+  // My share of the pickles, in the order a serial import reads them: rank by rank, each rank's
+  // by batch. Threads read them ahead; they are merged in this order, so the store is the same.
+  std::vector<PickleTask> tasks;
+  std::vector<std::size_t> rank_ends;  // where each of my ranks' tasks end
   {
     int index = 0;
-    for (const auto& [rank, files] : by_rank) {
-      if (index++ % comm->size() == comm->rank()) my_pickles += files.size();
-    }
-  }
-  Progress progress(*comm, Progress::wanted(), o.pickles.size(), "memsnap import", "snapshots read",
-                    kImportProgressTag);
-  std::size_t processed = 0;
-  std::vector<LeftOut> left_out;
-  int index = 0;
-  try {
     for (auto& [rank, files] : by_rank) {
-      if (index++ % comm->size() != comm->rank() || !error.empty()) continue;
+      if (index++ % comm->size() != comm->rank()) continue;
       std::sort(files.begin(), files.end());
-      RankRecord merged;
-      bool first = true;
       for (std::size_t fi = 0; fi < files.size(); ++fi) {
         const auto& [batch, path] = files[fi];
-        try {
-          torch::ImportOptions io;
-          io.rank = rank;
-          io.world_size = world;
-          io.batch = batch;
-          // Batches in the window: --interval, else the distance to the rank's neighbouring window
-          // (Composer's repeated windows are `interval` batches apart), else unknown.
-          io.expected_batches = interval;
-          if (io.expected_batches == 0 && files.size() > 1) {
-            const std::int64_t gap = fi > 0 ? batch - files[fi - 1].first : files[1].first - batch;
-            if (gap > 0 && gap <= 100000) io.expected_batches = static_cast<int>(gap);
+        PickleTask t;
+        t.path = path;
+        t.options.rank = rank;
+        t.options.world_size = world;
+        t.options.batch = batch;
+        // Batches in the window: --interval, else the distance to the rank's neighbouring window
+        // (Composer's repeated windows are `interval` batches apart), else unknown.
+        t.options.expected_batches = interval;
+        if (t.options.expected_batches == 0 && files.size() > 1) {
+          const std::int64_t gap = fi > 0 ? batch - files[fi - 1].first : files[1].first - batch;
+          if (gap > 0 && gap <= 100000) t.options.expected_batches = static_cast<int>(gap);
+        }
+        t.options.run_name = run_name;
+        tasks.push_back(std::move(t));
+      }
+      rank_ends.push_back(tasks.size());
+    }
+  }
+  const std::size_t my_pickles = tasks.size();
+  unsigned threads = o.threads;
+  try {
+    if (threads == 0) threads = reader_threads(*comm);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  Progress progress(*comm, Progress::wanted(), pickles.size(), o.verb, "snapshots read", kImportProgressTag);
+  std::size_t processed = 0;
+  std::vector<LeftOut> left_out;
+  try {
+    PickleReader reader(tasks, error.empty() ? threads : 1, memory_budget());
+    std::size_t next = 0;
+    for (std::size_t end : rank_ends) {
+      if (!error.empty()) break;
+      RankRecord merged;
+      bool first = true;
+      const int rank = tasks[next].options.rank;
+      for (; next < end; ++next) {
+        PickleOutcome r = reader.take(next);
+        if (!r.error.empty()) {
+          if (!o.keep_going) {
+            error = r.error;
+            break;
           }
-          io.run_name = run_name;
-          torch::ImportResult r = torch::import_snapshot_file(path.string(), io);
-          // What the record has no place for travels with the window, so that export gives the
-          // pickle back.
-          for (auto& w : r.record.windows) w.source_extras = r.extras.dump();
+          std::cerr << o.verb << ": warning: " << r.error << " (left out: --keep-going)\n";
+          left_out.push_back(LeftOut{rank, tasks[next].path.string(), r.error});
+        } else {
           if (first) {
-            merged.meta = r.record.meta;
+            merged.meta = r.result.record.meta;
             merged.meta.world_size = world;
             merged.meta.run_name = run_name;
             first = false;
           }
-          merge_into(merged, std::move(r.record));
-        } catch (const std::exception& e) {
-          if (!o.keep_going) {
-            error = e.what();
-            break;
-          }
-          std::cerr << "memsnap import: warning: " << e.what() << " (left out: --keep-going)\n";
-          left_out.push_back(LeftOut{rank, path.string(), e.what()});
+          merge_into(merged, std::move(r.result.record));
         }
         ++processed;
         progress.add(1);
@@ -316,15 +507,15 @@ int import_main(const ImportCliOptions& o) {
   progress.finish();
   int code = 0;
   if (const std::string first = mpi::agree_on_error(*comm, error); !first.empty()) {
-    if (root) std::cerr << "memsnap import: " << first << "\n";
+    if (root) std::cerr << o.verb << ": " << first << "\n";
     code = 1;
   } else {
     const std::vector<LeftOut> all_left = from_lines(mpi::gather_bytes(*comm, to_lines(left_out), 0));
     std::string none_read;
-    if (root && all_left.size() == o.pickles.size()) {
-      none_read = o.pickles.size() == 1 ? "the snapshot could not be read; nothing was written"
-                                        : "none of the " + std::to_string(o.pickles.size()) +
-                                              " snapshots could be read; nothing was written";
+    if (root && all_left.size() == pickles.size()) {
+      none_read = pickles.size() == 1 ? "the snapshot could not be read; nothing was written"
+                                      : "none of the " + std::to_string(pickles.size()) +
+                                            " snapshots could be read; nothing was written";
     }
     if (const std::string first = mpi::agree_on_error(*comm, none_read); !first.empty()) {
       MPI_Barrier(comm->get());
@@ -336,7 +527,7 @@ int import_main(const ImportCliOptions& o) {
     ao.output = o.output;
     ao.overwrite = o.overwrite;
     ao.keep_going = o.keep_going || world > static_cast<int>(by_rank.size());
-    ao.verb = "memsnap import";
+    ao.verb = o.verb;
     ao.progress = Progress::wanted();
     std::ostringstream warnings;
     ao.log = &warnings;
@@ -350,15 +541,15 @@ int import_main(const ImportCliOptions& o) {
         for (const auto& l : all_left) explained.insert(l.rank);
         std::istringstream in(warnings.str());
         for (std::string line; std::getline(in, line);) {
-          const std::string tag = "memsnap import: warning: rank ";
+          const std::string tag = o.verb + ": warning: rank ";
           if (line.rfind(tag, 0) == 0 && explained.count(std::atoi(line.c_str() + tag.size())) &&
               line.find(": missing: no spill file") != std::string::npos) {
             continue;
           }
           std::cerr << line << "\n";
         }
-        const std::size_t total = o.pickles.size();
-        std::cout << "memsnap import: ";
+        const std::size_t total = pickles.size();
+        std::cout << o.verb << ": ";
         if (all_left.empty()) {
           std::cout << plural(total, "snapshot") << " read";
         } else {
@@ -370,13 +561,13 @@ int import_main(const ImportCliOptions& o) {
         }
         std::cout << ", " << plural(static_cast<std::size_t>(done.ranks), "rank") << ", "
                   << plural(done.windows, "window") << " -> " << o.output.string() << "\n";
-        print_batch_methods(o.output, std::cout);
-        std::cout << "  next: memsnap report " << o.output.string() << "\n";
+        print_batch_methods(o.output, o.verb, std::cout);
+        if (o.suggest_report) std::cout << "  next: memsnap report " << o.output.string() << "\n";
       }
     } catch (const AggregateError& e) {
       if (root) {
         std::cerr << warnings.str();
-        std::cerr << "memsnap import: " << e.what() << "\n";
+        std::cerr << o.verb << ": " << e.what() << "\n";
         for (const auto& d : e.details()) std::cerr << "  " << d << "\n";
       }
       code = 1;

@@ -10,7 +10,9 @@ void add_import(CLI::App& app, int& code) {
   static ImportCliOptions o;
   static int rank = -1;
   static std::int64_t batch = -1;
-  cmd->add_option("PICKLES", o.pickles, "snapshot files")->required()->check(CLI::ExistingFile);
+  cmd->add_option("PICKLES", o.pickles, "snapshot files, or folders of them (their *.pickle and *.pkl files)")
+      ->required()
+      ->check(CLI::ExistingPath);
   cmd->add_option("-o,--output", o.output, "the store to write")->required();
   cmd->add_option("--template", o.name_template, "rank and batch from each file name")->capture_default_str();
   cmd->add_option("--rank", rank, "rank of a single file (with --batch)")->check(whole_number(0, 1 << 24));
@@ -29,6 +31,10 @@ void add_import(CLI::App& app, int& code) {
   cmd->add_flag("--overwrite", o.overwrite,
                 "replace a store memsnap wrote earlier (never a folder or a file it did not write)");
   cmd->add_flag("--keep-going", o.keep_going, "store what can be read; leave out, and name, the pickles that are bad");
+  cmd->add_option("--threads", o.threads,
+                   "pickles read at once in this process (default: its CPUs, shared among the memsnap ranks on the "
+                   "node, as far as memory allows)")
+      ->check(whole_number(1, 1024, "threads"));
   cmd->footer("Example:\n  memsnap import rank*.pickle -o run.h5 && memsnap report run.h5\n"
               "  (rank and batch from Composer's names rank{rank}.{batch}...; one window per pickle)\n");
   cmd->callback([&code] {

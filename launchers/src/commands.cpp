@@ -26,6 +26,7 @@ void add_commands(CLI::App& app) {
   add_run(app, g_code);
   add_aggregate(app, g_code);
   add_import(app, g_code);
+  add_view(app, g_code);
   add_report(app, g_code);
   add_info(app, g_code);
   add_export(app, g_code);

@@ -15,5 +15,6 @@ void add_import(CLI::App& app, int& code);
 void add_export(CLI::App& app, int& code);
 void add_run(CLI::App& app, int& code);
 void add_diff(CLI::App& app, int& code);
+void add_view(CLI::App& app, int& code);
 
 }  // namespace memsnap::cli

@@ -22,7 +22,15 @@ struct ImportCliOptions {
   std::string run_name;                             // empty: the store's file name
   bool overwrite = false;
   bool keep_going = false;
+  unsigned threads = 0;                             // pickles read at once (0: the CPUs, shared among the node's ranks)
+  std::string verb = "memsnap import";             // how its lines start (memsnap view imports too)
+  bool suggest_report = true;                       // end with "next: memsnap report STORE"
 };
+
+/// The snapshot files `paths` name: a file as it is, a folder as the *.pickle and *.pkl files in
+/// it (not its subfolders), in name order. Throws std::runtime_error with one line naming a
+/// folder that holds none, or a path that cannot be read.
+std::vector<std::filesystem::path> expand_pickle_paths(const std::vector<std::filesystem::path>& paths);
 
 // Rank and batch of a file name under a template such as "rank{rank}.{batch}" (matched against
 // the start of the name). nullopt when the name does not fit.
