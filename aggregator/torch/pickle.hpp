@@ -117,11 +117,17 @@ class Value {
   /// Nesting depth: 0 for scalars, 1 + deepest child for containers.
   std::uint32_t depth() const { return m_depth; }
 
+  /// The reader met this node in more than one place (a memo reference or DUP): it stays alive and
+  /// is the same node wherever the pickle refers to it. False for nodes built by the factories.
+  bool is_shared() const { return m_shared; }
+
  private:
   friend class Builder;
   Kind m_kind = Kind::none;
   bool m_bool = false;
-  bool m_nested = false;  // reader: already inside another container, so no longer mutable
+  bool m_nested = false;    // reader: already inside another container, so no longer mutable
+  bool m_shared = false;    // reader: kept for a memo reference, or duplicated
+  bool m_streamed = false;  // reader: a device trace list whose entries go to a TraceSink
   std::uint32_t m_depth = 0;
   std::int64_t m_int = 0;
   double m_float = 0.0;
@@ -135,10 +141,63 @@ struct ReadOptions {
   std::uint32_t max_depth = 10000;  // nesting past this is rejected (protects every consumer)
 };
 
+/// A file's bytes: mapped read-only when it is a regular file, else read into memory. Pages the
+/// reader has passed are given back (release), so a large pickle does not stay resident.
+class MappedFile {
+ public:
+  /// Opens and maps (or reads) `path`; PickleError at offset 0 naming the path on failure.
+  explicit MappedFile(const std::string& path);
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  std::string_view data() const { return m_data; }
+  /// Drops the mapped pages wholly inside [begin, end) from memory; they are read again from the
+  /// file if touched later. A no-op for a file that was read rather than mapped.
+  void release(std::size_t begin, std::size_t end) const;
+
+ private:
+  void unmap() noexcept;
+  void* m_map = nullptr;
+  std::size_t m_map_size = 0;
+  std::string m_buffer;  // a pipe or other file that cannot be mapped
+  std::string_view m_data;
+};
+
 /// Parses a whole pickle (protocols 0 to 5, data opcodes only). Throws PickleError.
 ValuePtr read(std::string_view data, const ReadOptions& opt = {});
 /// Reads a file and parses it; I/O failures are PickleError at offset 0 naming the path.
 ValuePtr read_file(const std::string& path, const ReadOptions& opt = {});
+
+/// Receives the entries of a PyTorch memory snapshot's device traces while the reader meets them,
+/// so that they need not be kept (see read_streaming).
+class TraceSink {
+ public:
+  virtual ~TraceSink() = default;
+  /// Called once, before the first entry, with the root dict's "segments" value when it came
+  /// before "device_traces" (nullptr when not, or when it could still change). Returning false
+  /// reads the pickle without streaming.
+  virtual bool begin(const ValuePtr& segments) = 0;
+  /// Entry `position` of device trace `device`, in the order a walk of the finished tree meets them.
+  virtual void entry(std::size_t device, std::size_t position, const ValuePtr& entry) = 0;
+};
+
+struct StreamedRead {
+  ValuePtr root;
+  /// True: every entry of every list in root["device_traces"] went to the sink (those lists are
+  /// left empty), and root["segments"] is what begin got. False: the sink's calls, if any, are
+  /// void (the pickle did something streaming cannot follow: it was read again) and root is whole.
+  bool streamed = false;
+};
+
+/// Reads a pickle like read(), but when it has the shape torch.cuda.memory._dump_snapshot writes
+/// (a root dict whose "device_traces" is a list of lists of entries), hands each trace entry to
+/// `sink` instead of storing it. Any other pickle is read whole. `file`, when given, is where
+/// `data` lives: pages behind the reader are released as it goes.
+StreamedRead read_streaming(std::string_view data, TraceSink& sink, const ReadOptions& opt = {},
+                            const MappedFile* file = nullptr);
 
 /// The opcode's name as pickletools spells it ("BINUNICODE"), or nullptr for an unknown byte.
 const char* opcode_name(std::uint8_t op);

@@ -30,14 +30,22 @@ const char* kind_name(Kind k) {
 
 Value::~Value() {
   // A long chain of nested containers would otherwise recurse once per level on destruction.
-  // Children we hold the last reference to are unpacked onto a local worklist instead.
+  // Children we hold the last reference to and that have children of their own are unpacked onto
+  // a local worklist instead; the others (scalars, empty or still shared containers) go at once,
+  // so a container of scalars costs no worklist.
   if (m_items.empty() && m_dict.empty()) return;
   std::vector<ValuePtr> pending;
-  auto take_children = [&pending](Value& v) {
-    for (auto& item : v.m_items) pending.push_back(std::move(item));
+  auto release = [&pending](ValuePtr& child) {
+    if (child && child.use_count() == 1 && (!child->m_items.empty() || !child->m_dict.empty()))
+      pending.push_back(std::move(child));
+    else
+      child.reset();
+  };
+  auto take_children = [&release](Value& v) {
+    for (auto& item : v.m_items) release(item);
     for (auto& [key, value] : v.m_dict) {
-      pending.push_back(std::move(key));
-      pending.push_back(std::move(value));
+      release(key);
+      release(value);
     }
     v.m_items.clear();
     v.m_dict.clear();
@@ -47,7 +55,7 @@ Value::~Value() {
     ValuePtr node = std::move(pending.back());
     pending.pop_back();
     // Every Value is created non-const (make_shared<Value>), so unpacking the last owner is fine.
-    if (node && node.use_count() == 1) take_children(const_cast<Value&>(*node));
+    if (node.use_count() == 1) take_children(const_cast<Value&>(*node));
   }
 }
 

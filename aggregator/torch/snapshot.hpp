@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -104,8 +105,15 @@ ImportResult import_snapshot_full(const pickle::Value& root, const ImportOptions
 /// import_snapshot_full without the extras.
 RankRecord import_snapshot(const pickle::Value& root, const ImportOptions& opt);
 
-/// Reads and imports a pickle file; record.path is set. PickleError or SnapshotError.
+/// Reads and imports a pickle file; record.path is set. PickleError or SnapshotError, whose
+/// message starts with the path. The file is mapped, not copied, and read as a stream: trace
+/// entries are imported as the reader meets them and not kept as values (pickle::read_streaming),
+/// so memory holds the record, the segments and the nodes the pickle refers to more than once.
+/// The result is the same as import_snapshot_full of pickle::read_file. Safe to call from several
+/// threads at once (on different files or the same).
 ImportResult import_snapshot_file(const std::string& path, const ImportOptions& opt);
+/// import_snapshot_file of bytes in memory; `name` starts every error message.
+ImportResult import_snapshot_data(std::string_view data, const std::string& name, const ImportOptions& opt);
 
 /// Builds the snapshot value of one window (what export_snapshot pickles).
 pickle::ValuePtr snapshot_value(const RankRecord& record, std::size_t window_index,

@@ -1,5 +1,8 @@
 // Import of PyTorch memory snapshots: trace entries to Events, segments and blocks to Segments,
 // the reconstruction of what was live before the trace began, and batches found in the trace.
+// One importer (SnapshotImporter) serves both ways in: the walk of a whole tree
+// (import_snapshot_full) and a file read as a stream (import_snapshot_file), where each trace
+// entry is converted as the reader meets it and then freed (pickle::read_streaming).
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -8,6 +11,9 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
+#include <charconv>
+#include <exception>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -23,53 +29,199 @@ namespace {
 
 // --- frame and stack interning ---------------------------------------------------------------
 
+// Ids of nodes met before, by address: open addressing, as lookups happen once per frame.
+class NodeIds {
+ public:
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+  std::uint32_t find(const Value* v) const {
+    if (m_slots.empty()) return kNone;
+    for (std::size_t i = slot_of(v);; i = (i + 1) & (m_slots.size() - 1)) {
+      if (m_slots[i].node == v) return m_slots[i].id;
+      if (!m_slots[i].node) return kNone;
+    }
+  }
+  void insert(const Value* v, std::uint32_t id) {
+    if ((m_used + 1) * 2 > m_slots.size()) grow();
+    std::size_t i = slot_of(v);
+    while (m_slots[i].node && m_slots[i].node != v) i = (i + 1) & (m_slots.size() - 1);
+    if (!m_slots[i].node) ++m_used;
+    m_slots[i] = Slot{v, id};
+  }
+
+ private:
+  struct Slot {
+    const Value* node = nullptr;
+    std::uint32_t id = 0;
+  };
+  std::vector<Slot> m_slots;
+  std::size_t m_used = 0;
+  std::size_t slot_of(const Value* v) const {
+    return static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(v) >> 4) * 0x9e3779b97f4a7c15ull >> 20) &
+           (m_slots.size() - 1);
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(m_slots);
+    m_slots.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
+    m_used = 0;
+    for (const Slot& s : old)
+      if (s.node) insert(s.node, s.id);
+  }
+};
+
+// Frame ids by the nodes of a frame's name and filename (shared str nodes, as Python's pickler
+// writes a repeated str once) and its line: a frame dict met again as a new dict costs no text.
+class FrameNodeIds {
+ public:
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+  std::uint32_t find(const Value* name, const Value* file, std::uint32_t line) const {
+    if (m_slots.empty()) return kNone;
+    for (std::size_t i = slot_of(name, file, line);; i = (i + 1) & (m_slots.size() - 1)) {
+      const Slot& s = m_slots[i];
+      if (s.id == kNone) return kNone;
+      if (s.name == name && s.file == file && s.line == line) return s.id;
+    }
+  }
+  void insert(const Value* name, const Value* file, std::uint32_t line, std::uint32_t id) {
+    if ((m_used + 1) * 2 > m_slots.size()) grow();
+    std::size_t i = slot_of(name, file, line);
+    while (m_slots[i].id != kNone) i = (i + 1) & (m_slots.size() - 1);
+    m_slots[i] = Slot{name, file, line, id};
+    ++m_used;
+  }
+
+ private:
+  struct Slot {
+    const Value* name = nullptr;
+    const Value* file = nullptr;
+    std::uint32_t line = 0;
+    std::uint32_t id = kNone;
+  };
+  std::vector<Slot> m_slots;
+  std::size_t m_used = 0;
+  std::size_t slot_of(const Value* name, const Value* file, std::uint32_t line) const {
+    std::uint64_t h = reinterpret_cast<std::uintptr_t>(name) * 0x9e3779b97f4a7c15ull;
+    h ^= (reinterpret_cast<std::uintptr_t>(file) + (h << 6) + (h >> 2)) * 0xc2b2ae3d27d4eb4full;
+    h ^= (line + (h << 6) + (h >> 2)) * 0x165667b19e3779f9ull;
+    return static_cast<std::size_t>(h ^ (h >> 29)) & (m_slots.size() - 1);
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(m_slots);
+    m_slots.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
+    m_used = 0;
+    for (const Slot& s : old)
+      if (s.id != kNone) insert(s.name, s.file, s.line, s.id);
+  }
+};
+
+// Hash and equality that look std::string keys up by string_view, without building a string.
+struct TextHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
 class StackInterner {
  public:
-  explicit StackInterner(RankRecord& rec) : m_rec(rec) {}
+  // by_any_node: every node outlives the import (a whole tree), so any node's address is a key.
+  // Otherwise only shared nodes are (streaming frees the others, and their addresses come back).
+  StackInterner(RankRecord& rec, bool by_any_node) : m_rec(rec), m_by_any_node(by_any_node) {}
 
-  // The stack id of a frames list; kNoStack for a missing or None value.
-  std::uint32_t intern(const ValuePtr& frames, const std::string& where) {
+  // The stack id of a frames list; kNoStack for a missing or None value. `where` names it in errors.
+  template <typename Where>
+  std::uint32_t intern(const ValuePtr& frames, const Where& where) {
     if (!frames || frames->is_none()) return kNoStack;
-    // Fast path: torch's pickles reference one frames list from many entries (memo sharing).
-    if (auto it = m_by_node.find(frames.get()); it != m_by_node.end()) return it->second;
-    if (!frames->is_list() && !frames->is_tuple()) bad(where, "frames is not a list");
-    Stack stack;
-    stack.reserve(frames->size());
-    for (const auto& f : frames->items()) stack.push_back(frame(f, where));
-    std::string key(reinterpret_cast<const char*>(stack.data()), stack.size() * sizeof(std::uint32_t));
-    auto [it, inserted] = m_by_content.try_emplace(std::move(key), static_cast<std::uint32_t>(m_rec.stacks.size()));
-    if (inserted) m_rec.stacks.push_back(std::move(stack));
-    m_by_node.emplace(frames.get(), it->second);
-    m_keep.push_back(frames);  // pointers are keys: keep the nodes alive while interning
-    return it->second;
+    // Fast path: a frames list met before (torch's pickles may reference one from many entries).
+    const bool by_node = m_by_any_node || frames->is_shared();
+    if (by_node)
+      if (std::uint32_t id = m_by_node.find(frames.get()); id != NodeIds::kNone) return id;
+    if (!frames->is_list() && !frames->is_tuple()) bad(where(), "frames is not a list");
+    m_stack.clear();
+    for (const auto& f : frames->items()) m_stack.push_back(frame(f, where));
+    const std::string_view key(reinterpret_cast<const char*>(m_stack.data()), m_stack.size() * sizeof(std::uint32_t));
+    std::uint32_t id;
+    if (auto it = m_by_content.find(key); it != m_by_content.end()) {
+      id = it->second;
+    } else {
+      id = static_cast<std::uint32_t>(m_rec.stacks.size());
+      m_by_content.emplace(std::string(key), id);
+      m_rec.stacks.push_back(m_stack);
+    }
+    if (by_node) keep(frames, m_by_node, id);
+    return id;
   }
 
  private:
   RankRecord& m_rec;
-  std::unordered_map<const Value*, std::uint32_t> m_by_node;
-  std::unordered_map<std::string, std::uint32_t> m_by_content;
-  std::unordered_map<const Value*, std::uint32_t> m_frame_by_node;
-  std::unordered_map<std::string, std::uint32_t> m_frame_by_content;
-  std::vector<ValuePtr> m_keep;
+  bool m_by_any_node;
+  NodeIds m_by_node;
+  std::unordered_map<std::string, std::uint32_t, TextHash, std::equal_to<>> m_by_content;
+  NodeIds m_frame_by_node;
+  FrameNodeIds m_frame_by_text_nodes;
+  std::unordered_map<std::string, std::uint32_t, TextHash, std::equal_to<>> m_frame_by_content;
+  // Pointers are keys: a weak reference keeps each one's memory from being reused (make_shared
+  // allocates node and count together) without keeping the node, and what it holds, alive.
+  std::vector<std::weak_ptr<const Value>> m_pins;
+  Stack m_stack;                 // scratch
+  std::string m_key;             // scratch
 
-  std::uint32_t frame(const ValuePtr& f, const std::string& where) {
-    if (auto it = m_frame_by_node.find(f.get()); it != m_frame_by_node.end()) return it->second;
-    if (!f->is_dict()) bad(where, "frame is not a dict");
-    Frame fr;
-    fr.name = field_str(*f, "name");
-    fr.file = field_str(*f, "filename");
-    if (const Value* line = f->find("line"); line && line->is_int())
-      fr.line = static_cast<std::uint32_t>(as_i64(*line, where + ".line"));
-    std::string key = fr.name;
-    key += '\0';
-    key += fr.file;
-    key += '\0';
-    key += std::to_string(fr.line);
-    auto [it, inserted] = m_frame_by_content.try_emplace(std::move(key), static_cast<std::uint32_t>(m_rec.frames.size()));
-    if (inserted) m_rec.frames.push_back(std::move(fr));
-    m_frame_by_node.emplace(f.get(), it->second);
-    m_keep.push_back(f);
-    return it->second;
+  void keep(const ValuePtr& node, NodeIds& ids, std::uint32_t id) {
+    ids.insert(node.get(), id);
+    m_pins.emplace_back(node);
+  }
+
+  template <typename Where>
+  std::uint32_t frame(const ValuePtr& f, const Where& where) {
+    const bool by_node = m_by_any_node || f->is_shared();
+    if (by_node)
+      if (std::uint32_t id = m_frame_by_node.find(f.get()); id != NodeIds::kNone) return id;
+    if (!f->is_dict()) bad(where(), "frame is not a dict");
+    const ValuePtr* name = nullptr;
+    const ValuePtr* file = nullptr;
+    const Value* line = nullptr;
+    for (const auto& [k, v] : f->dict_items()) {
+      if (!k->is_string()) continue;
+      const std::string& key = k->as_string();
+      if (!name && key == "name") name = &v;
+      else if (!file && key == "filename") file = &v;
+      else if (!line && key == "line") line = v.get();
+    }
+    std::uint32_t line_no = 0;
+    if (line && line->is_int())
+      line_no = static_cast<std::uint32_t>(line->kind() == Kind::integer ? line->as_int64() : as_i64(*line, where() + ".line"));
+    // By the name and filename nodes, where those outlive the import.
+    const Value* name_node = name ? name->get() : nullptr;
+    const Value* file_node = file ? file->get() : nullptr;
+    const bool by_text_nodes = (!name_node || m_by_any_node || name_node->is_shared()) &&
+                               (!file_node || m_by_any_node || file_node->is_shared());
+    if (by_text_nodes)
+      if (std::uint32_t id = m_frame_by_text_nodes.find(name_node, file_node, line_no); id != FrameNodeIds::kNone) {
+        if (by_node) keep(f, m_frame_by_node, id);
+        return id;
+      }
+    static const std::string kEmpty;
+    const std::string& name_s = name_node && name_node->is_string() ? name_node->as_string() : kEmpty;
+    const std::string& file_s = file_node && file_node->is_string() ? file_node->as_string() : kEmpty;
+    m_key.assign(name_s);
+    m_key += '\0';
+    m_key += file_s;
+    m_key += '\0';
+    char digits[16];
+    auto [end, ec] = std::to_chars(digits, digits + sizeof digits, line_no);
+    m_key.append(digits, end);
+    std::uint32_t id;
+    if (auto it = m_frame_by_content.find(std::string_view(m_key)); it != m_frame_by_content.end()) {
+      id = it->second;
+    } else {
+      id = static_cast<std::uint32_t>(m_rec.frames.size());
+      m_frame_by_content.emplace(m_key, id);
+      m_rec.frames.push_back(Frame{name_s, file_s, line_no});
+    }
+    if (by_node) keep(f, m_frame_by_node, id);
+    if (by_text_nodes) {
+      m_frame_by_text_nodes.insert(name_node, file_node, line_no, id);
+      if (name) m_pins.emplace_back(*name);
+      if (file) m_pins.emplace_back(*file);
+    }
+    return id;
   }
 };
 
@@ -264,14 +416,6 @@ constexpr KeySpec kBlockKeys[] = {{"address", Shape::u64},
                                   {"requested_size", Shape::u64},
                                   {"state", Shape::str},
                                   {"frames", Shape::list}};
-constexpr KeySpec kEntryKeys[] = {{"action", Shape::str},        {"addr", Shape::u64},
-                                  {"size", Shape::u64},          {"stream", Shape::u64},
-                                  {"time_us", Shape::i64},       {"compile_context", Shape::str},
-                                  {"user_metadata", Shape::str}, {"frames", Shape::list}};
-constexpr KeySpec kOomEntryKeys[] = {
-    {"action", Shape::str},  {"device_free", Shape::u64},     {"size", Shape::u64},          {"stream", Shape::u64},
-    {"time_us", Shape::i64}, {"compile_context", Shape::str}, {"user_metadata", Shape::str}, {"frames", Shape::list}};
-
 // What a dict (segment, block, trace entry) holds beyond what export writes back from the record:
 // "absent", the keys of `written` that it lacks or holds with another type (export leaves them
 // out), and "other", those values and the keys memsnap does not know (export writes them as they
@@ -316,27 +460,132 @@ bool internable_frames(const ValuePtr& frames) {
 }
 }  // namespace
 
-ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
-  if (!root.is_dict()) bad("top level", std::string("expected a dict, got ") + pickle::kind_name(root.kind()));
-  ImportResult result;
-  RankRecord& rec = result.record;
-  nlohmann::json& extras = result.extras;
-  extras = nlohmann::json::object();
-  rec.meta.rank = opt.rank;
-  rec.meta.world_size = opt.world_size;
-  rec.meta.run_name = opt.run_name;
-  rec.meta.source = "torch";
-  StackInterner stacks(rec);
+namespace {
 
-  WindowRecord w;
-  w.batch_end = opt.batch;
-  w.closed = true;
+// Where an entry's keys are, found in one pass over its items (the first of a repeated key).
+enum EntryKey : std::uint8_t {
+  kAction, kAddr, kSize, kStream, kTimeUs, kCompileContext, kUserMetadata, kFrames, kDeviceFree, kEntryKeyCount,
+  kOtherKey = kEntryKeyCount,
+};
+constexpr std::string_view kEntryKeyNames[] = {"action",          "addr",          "size",   "stream",     "time_us",
+                                               "compile_context", "user_metadata", "frames", "device_free"};
+EntryKey entry_key(const Value& key) {
+  if (!key.is_string()) return kOtherKey;
+  const std::string& k = key.as_string();
+  for (std::uint8_t i = 0; i < kEntryKeyCount; ++i)
+    if (k == kEntryKeyNames[i]) return static_cast<EntryKey>(i);
+  return kOtherKey;
+}
+// The type export writes each key with (the Shape of note_shape's KeySpec).
+Shape entry_key_shape(EntryKey k) {
+  switch (k) {
+    case kTimeUs: return Shape::i64;
+    case kAction: case kCompileContext: case kUserMetadata: return Shape::str;
+    case kFrames: return Shape::list;
+    default: return Shape::u64;
+  }
+}
+
+// Field access that formats the place only on error.
+template <typename Where>
+std::uint64_t entry_u64(const Value* v, const Where& where, std::string_view key) {
+  if (!v || v->is_none()) return 0;
+  if (v->kind() == Kind::integer) return static_cast<std::uint64_t>(v->as_int64());
+  return as_u64(*v, where() + "." + std::string(key));
+}
+
+// One snapshot's import. The tree walk (import_snapshot_full) and the streaming read
+// (import_snapshot_file) share it: segments first, then each trace entry in order (entry), then
+// the rest of the root dict (finish).
+class SnapshotImporter final : public pickle::TraceSink {
+ public:
+  SnapshotImporter(const ImportOptions& opt, bool streaming)
+      : m_opt(opt), m_streaming(streaming), m_stacks(m_result.record, !streaming) {
+    m_result.extras = nlohmann::json::object();
+    RankRecord& rec = m_result.record;
+    rec.meta.rank = opt.rank;
+    rec.meta.world_size = opt.world_size;
+    rec.meta.run_name = opt.run_name;
+    rec.meta.source = "torch";
+    m_w.batch_end = opt.batch;
+    m_w.closed = true;
+  }
+
+  // Streaming: errors wait until the read is done, so that a malformed pickle is reported as such
+  // and errors come in the order the tree walk meets them.
+  bool begin(const ValuePtr& segments) override {
+    if (!segments) return false;
+    guarded(kSegmentsFailed, [&] { read_segments(segments.get()); });
+    return true;
+  }
+  void entry(std::size_t device, std::size_t position, const ValuePtr& entry) override {
+    if (m_error) return;
+    guarded(device, [&] { read_entry(device, position, *entry); });
+  }
+
+  // The whole import from a tree: nothing was streamed.
+  ImportResult import_tree(const Value& root) {
+    check_root(root);
+    read_segments(root.find("segments"));
+    read_traces(root, false);
+    return finish(root);
+  }
+  // After a streaming read: the segments and entries have been seen.
+  ImportResult import_streamed(const Value& root) {
+    check_root(root);
+    if (m_error && m_error_device == kSegmentsFailed) std::rethrow_exception(m_error);
+    read_traces(root, true);
+    return finish(root);
+  }
+
+ private:
+  static constexpr std::size_t kSegmentsFailed = std::numeric_limits<std::size_t>::max();
+
+  const ImportOptions& m_opt;
+  bool m_streaming;
+  ImportResult m_result;
+  StackInterner m_stacks;
+  WindowRecord m_w;
+  JsonBudget m_budget;  // for all values copied into the extras
+  std::vector<std::uint32_t> m_segment_stacks;
+  nlohmann::json m_seg_extras = nlohmann::json::array();
+  // Device traces, merged by time at the end with each device's own order kept.
+  std::vector<std::vector<Event>> m_per_device;
+  // Entries whose values differ from what export writes by default. compile_context and
+  // user_metadata missing from every entry (torch before 2.2 wrote neither) are noted once, in
+  // "trace_absent", not per entry.
+  struct EntryNotes {
+    std::size_t device, index;
+    nlohmann::json x;
+    std::uint8_t absent_text;  // bit 0: compile_context absent, bit 1: user_metadata absent
+  };
+  std::vector<EntryNotes> m_entry_notes;
+  std::uint8_t m_absent_everywhere = 3;
+  nlohmann::json m_unknown = nlohmann::json::array();
+  std::uint64_t m_skipped = 0;
+  std::exception_ptr m_error;  // streaming: the first error, and the device (or kSegmentsFailed)
+  std::size_t m_error_device = 0;
+
+  template <typename F>
+  void guarded(std::size_t device, const F& f) {
+    try {
+      f();
+    } catch (const SnapshotError&) {
+      m_error = std::current_exception();
+      m_error_device = device;
+    } catch (const pickle::ValueError&) {
+      m_error = std::current_exception();
+      m_error_device = device;
+    }
+  }
+
+  static void check_root(const Value& root) {
+    if (!root.is_dict()) bad("top level", std::string("expected a dict, got ") + pickle::kind_name(root.kind()));
+  }
 
   // Segments and blocks: the allocator state at dump.
-  JsonBudget budget;  // for all values copied into the extras
-  std::vector<std::uint32_t> segment_stacks;
-  auto seg_extras = nlohmann::json::array();
-  if (const Value* segs = root.find("segments"); segs && !segs->is_none()) {
+  void read_segments(const Value* segs) {
+    if (!segs || segs->is_none()) return;
     if (!segs->is_list()) bad("segments", "not a list");
     for (std::size_t i = 0; i < segs->size(); ++i) {
       const Value& s = *segs->items()[i];
@@ -362,194 +611,239 @@ ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
           auto st = block_state_from_name(state);
           if (!st) bad(bw + ".state", "unknown block state '" + state + "'");
           blk.state = *st;
-          blk.stack_id = stacks.intern(b.find_ptr("frames"), bw + ".frames");
+          blk.stack_id = m_stacks.intern(b.find_ptr("frames"), [&] { return bw + ".frames"; });
           seg.blocks.push_back(blk);
           nlohmann::json bx = nlohmann::json::object();
-          put_notes(note_shape(b, kBlockKeys), bx, budget);
+          put_notes(note_shape(b, kBlockKeys), bx, m_budget);
           if (!bx.empty()) {
             bx["index"] = j;
             blocks_x.push_back(std::move(bx));
           }
         }
       }
-      std::uint32_t seg_stack = stacks.intern(s.find_ptr("frames"), where + ".frames");
-      segment_stacks.push_back(seg_stack);
+      std::uint32_t seg_stack = m_stacks.intern(s.find_ptr("frames"), [&] { return where + ".frames"; });
+      m_segment_stacks.push_back(seg_stack);
       sx["stack"] = seg_stack == kNoStack ? -1 : static_cast<std::int64_t>(seg_stack);
-      if (const Value* pid = s.find("segment_pool_id")) sx["segment_pool_id"] = to_json_at(*pid, 0, budget);
+      if (const Value* pid = s.find("segment_pool_id")) sx["segment_pool_id"] = to_json_at(*pid, 0, m_budget);
       if (const Value* ex = s.find("is_expandable"); ex && ex->kind() == Kind::boolean) sx["is_expandable"] = ex->as_bool();
       for (const char* k : {"allocated_size", "active_size", "requested_size"})
         if (const Value* n = s.find(k); n && fits(*n, Shape::u64)) sx[k] = n->as_uint64();
       // A segment without frames says so with stack -1; "absent" need not repeat it.
       static constexpr std::string_view kFrames[] = {"frames"};
-      put_notes(note_shape(s, kSegmentKeys), sx, budget,
+      put_notes(note_shape(s, kSegmentKeys), sx, m_budget,
                 seg_stack == kNoStack && !s.find("frames") ? std::span<const std::string_view>(kFrames)
                                                            : std::span<const std::string_view>());
       if (!blocks_x.empty()) sx["blocks_x"] = std::move(blocks_x);
-      seg_extras.push_back(std::move(sx));
-      w.segments.push_back(std::move(seg));
+      m_seg_extras.push_back(std::move(sx));
+      m_w.segments.push_back(std::move(seg));
     }
   }
-  extras["segments"] = std::move(seg_extras);
 
-  // Device traces, merged by time with each device's own order kept (a k-way merge, not a sort,
-  // so that export gives every device's entries back in their original order).
-  std::vector<std::vector<Event>> per_device;
-  // Entries whose values differ from what export writes by default. compile_context and
-  // user_metadata missing from every entry (torch before 2.2 wrote neither) are noted once, in
-  // "trace_absent", not per entry.
-  struct EntryNotes {
-    std::size_t device, index;
-    nlohmann::json x;
-    std::uint8_t absent_text;  // bit 0: compile_context absent, bit 1: user_metadata absent
-  };
-  std::vector<EntryNotes> entry_notes;
-  std::uint8_t absent_everywhere = 3;
-  auto unknown = nlohmann::json::array();
-  auto none_traces = nlohmann::json::array();
-  std::uint64_t skipped = 0;
-  if (const Value* traces = root.find("device_traces"); traces && !traces->is_none()) {
-    if (!traces->is_list()) bad("device_traces", "not a list");
-    if (traces->size() > static_cast<std::size_t>(std::numeric_limits<std::int16_t>::max()))
-      bad("device_traces", "more device traces than memsnap's device id can hold");
-    for (std::size_t d = 0; d < traces->size(); ++d) {
-      const Value& trace = *traces->items()[d];
-      per_device.emplace_back();
-      if (trace.is_none()) {
-        none_traces.push_back(d);
-        continue;
-      }
-      if (!trace.is_list()) bad("device_traces[" + std::to_string(d) + "]", "not a list");
-      std::size_t kept_index = 0;
-      for (std::size_t i = 0; i < trace.size(); ++i) {
-        const Value& entry = *trace.items()[i];
-        std::string where = "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]";
-        const Value& action_v = require(entry, "action", where);
-        if (!action_v.is_string()) bad(where + ".action", "not a str");
-        auto action = action_from_name(action_v.as_string());
-        if (!action) {
-          // An action this memsnap does not know (a newer torch): no event, so no analysis sees
-          // it, but the extras keep the entry where it was, for export.
-          ++skipped;
-          nlohmann::json u = {{"device", d}, {"position", i}};
-          const ValuePtr frames = entry.find_ptr("frames");
-          const bool intern = internable_frames(frames);
-          if (intern) {
-            const std::uint32_t id = stacks.intern(frames, where + ".frames");
-            u["stack"] = static_cast<std::int64_t>(id);
-          }
-          pickle::DictItems rest;
-          for (const auto& [k, v] : entry.dict_items())
-            if (!(intern && k->is_string() && k->as_string() == "frames")) rest.emplace_back(k, v);
-          u["entry"] = to_json_at(budget.keep(Value::dict(std::move(rest))), 0, budget);
-          unknown.push_back(std::move(u));
+  // The device_traces list: its shape, and (from a tree) every entry.
+  void read_traces(const Value& root, bool streamed) {
+    auto none_traces = nlohmann::json::array();
+    if (const Value* traces = root.find("device_traces"); traces && !traces->is_none()) {
+      if (!traces->is_list()) bad("device_traces", "not a list");
+      if (traces->size() > static_cast<std::size_t>(std::numeric_limits<std::int16_t>::max()))
+        bad("device_traces", "more device traces than memsnap's device id can hold");
+      if (m_per_device.size() < traces->size()) m_per_device.resize(traces->size());
+      for (std::size_t d = 0; d < traces->size(); ++d) {
+        if (m_error && m_error_device == d) std::rethrow_exception(m_error);
+        const Value& trace = *traces->items()[d];
+        if (trace.is_none()) {
+          none_traces.push_back(d);
           continue;
         }
-        Event e;
-        e.action = *action;
-        e.device = static_cast<std::int16_t>(d);
-        std::int64_t time_us = as_i64(require(entry, "time_us", where), where + ".time_us");
-        if (time_us > std::numeric_limits<std::int64_t>::max() / 1000 || time_us < std::numeric_limits<std::int64_t>::min() / 1000)
-          bad(where + ".time_us", "out of range");
-        e.time_ns = time_us * 1000;
-        e.size = field_u64(entry, "size", where);
-        e.stream = field_u64(entry, "stream", where);
-        // For oom, Event::addr holds the device's free bytes (torch's device_free).
-        e.addr = e.action == Action::oom ? field_u64(entry, "device_free", where) : field_u64(entry, "addr", where);
-        e.stack_id = stacks.intern(entry.find_ptr("frames"), where + ".frames");
-        if (e.action == Action::oom) w.oom = true;
-
-        nlohmann::json x = nlohmann::json::object();
-        if (const Value* cc = entry.find("compile_context"); cc && cc->is_string() && cc->as_string() != "N/A")
-          x["compile_context"] = text_json(cc->as_string());
-        if (const Value* um = entry.find("user_metadata"); um && um->is_string() && !um->as_string().empty())
-          x["user_metadata"] = text_json(um->as_string());
-        const ShapeNotes notes = note_shape(entry, e.action == Action::oom ? std::span<const KeySpec>(kOomEntryKeys)
-                                                                           : std::span<const KeySpec>(kEntryKeys));
-        static constexpr std::string_view kText[] = {"compile_context", "user_metadata"};
-        std::uint8_t absent_text = 0;
-        for (auto key : notes.absent) {
-          if (key == kText[0] && !entry.find(key)) absent_text |= 1;
-          if (key == kText[1] && !entry.find(key)) absent_text |= 2;
-        }
-        absent_everywhere &= absent_text;
-        // A missing compile_context or user_metadata is noted below; one there of another type
-        // is listed here with its value.
-        std::vector<std::string_view> skip;
-        if (absent_text & 1) skip.push_back(kText[0]);
-        if (absent_text & 2) skip.push_back(kText[1]);
-        put_notes(notes, x, budget, skip);
-        if (!x.empty() || absent_text != 0) entry_notes.push_back(EntryNotes{d, kept_index, std::move(x), absent_text});
-        per_device.back().push_back(e);
-        ++kept_index;
+        if (!trace.is_list()) bad("device_traces[" + std::to_string(d) + "]", "not a list");
+        if (!streamed)
+          for (std::size_t i = 0; i < trace.size(); ++i) read_entry(d, i, *trace.items()[i]);
       }
     }
+    if (m_error) std::rethrow_exception(m_error);  // not reached: an entry's device is a trace
+    auto& extras = m_result.extras;
+    auto trace_extras = nlohmann::json::array();
+    for (auto& n : m_entry_notes) {
+      static const char* kTextKeys[] = {"compile_context", "user_metadata"};
+      for (int bit = 0; bit < 2; ++bit)
+        if ((n.absent_text & ~m_absent_everywhere) & (1u << bit)) {
+          if (!n.x.contains("absent")) n.x["absent"] = nlohmann::json::array();
+          n.x["absent"].push_back(kTextKeys[bit]);
+        }
+      if (n.x.empty()) continue;
+      n.x["device"] = n.device;
+      n.x["index"] = n.index;
+      trace_extras.push_back(std::move(n.x));
+    }
+    m_entry_notes.clear();
+    extras["device_count"] = m_per_device.size();
+    extras["trace_extras"] = std::move(trace_extras);
+    if (!m_per_device.empty() &&
+        std::any_of(m_per_device.begin(), m_per_device.end(), [](const auto& t) { return !t.empty(); })) {
+      auto absent = nlohmann::json::array();
+      if (m_absent_everywhere & 1) absent.push_back("compile_context");
+      if (m_absent_everywhere & 2) absent.push_back("user_metadata");
+      if (!absent.empty()) extras["trace_absent"] = std::move(absent);
+    }
+    if (!m_unknown.empty()) extras["unknown_entries"] = std::move(m_unknown);
+    if (!none_traces.empty()) extras["none_traces"] = std::move(none_traces);
+    extras["skipped_entries"] = m_skipped;
   }
-  auto trace_extras = nlohmann::json::array();
-  for (auto& n : entry_notes) {
-    static const char* kTextKeys[] = {"compile_context", "user_metadata"};
-    for (int bit = 0; bit < 2; ++bit)
-      if ((n.absent_text & ~absent_everywhere) & (1u << bit)) {
-        if (!n.x.contains("absent")) n.x["absent"] = nlohmann::json::array();
-        n.x["absent"].push_back(kTextKeys[bit]);
+
+  // One trace entry: an event, or an entry whose action memsnap does not know.
+  void read_entry(std::size_t d, std::size_t i, const Value& entry) {
+    auto where = [&] { return "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]"; };
+    if (!entry.is_dict()) bad(where(), std::string("expected a dict, got ") + pickle::kind_name(entry.kind()));
+    if (m_per_device.size() <= d) m_per_device.resize(d + 1);
+    const ValuePtr* at[kEntryKeyCount] = {};
+    for (const auto& item : entry.dict_items()) {
+      const EntryKey k = entry_key(*item.first);
+      if (k != kOtherKey && !at[k]) at[k] = &item.second;
+    }
+    auto value = [&](EntryKey k) -> const Value* { return at[k] ? at[k]->get() : nullptr; };
+    const Value* action_v = value(kAction);
+    if (!action_v) bad(where(), "missing key 'action'");
+    if (!action_v->is_string()) bad(where() + ".action", "not a str");
+    auto action = action_from_name(action_v->as_string());
+    if (!action) {
+      read_unknown_entry(d, i, entry, at[kFrames] ? *at[kFrames] : ValuePtr(), where);
+      return;
+    }
+    Event e;
+    e.action = *action;
+    e.device = static_cast<std::int16_t>(d);
+    const Value* time_v = value(kTimeUs);
+    if (!time_v) bad(where(), "missing key 'time_us'");
+    std::int64_t time_us = time_v->kind() == Kind::integer ? time_v->as_int64() : as_i64(*time_v, where() + ".time_us");
+    if (time_us > std::numeric_limits<std::int64_t>::max() / 1000 || time_us < std::numeric_limits<std::int64_t>::min() / 1000)
+      bad(where() + ".time_us", "out of range");
+    e.time_ns = time_us * 1000;
+    e.size = entry_u64(value(kSize), where, "size");
+    e.stream = entry_u64(value(kStream), where, "stream");
+    // For oom, Event::addr holds the device's free bytes (torch's device_free).
+    e.addr = e.action == Action::oom ? entry_u64(value(kDeviceFree), where, "device_free")
+                                     : entry_u64(value(kAddr), where, "addr");
+    e.stack_id = m_stacks.intern(at[kFrames] ? *at[kFrames] : ValuePtr(), [&] { return where() + ".frames"; });
+    if (e.action == Action::oom) m_w.oom = true;
+
+    nlohmann::json x;  // null until something is noted
+    if (const Value* cc = value(kCompileContext); cc && cc->is_string() && cc->as_string() != "N/A")
+      x["compile_context"] = text_json(cc->as_string());
+    if (const Value* um = value(kUserMetadata); um && um->is_string() && !um->as_string().empty())
+      x["user_metadata"] = text_json(um->as_string());
+    // The shape notes (note_shape of the keys export writes: those of an entry, with device_free
+    // in place of addr for an oom), from the keys found above.
+    const EntryKey swapped = e.action == Action::oom ? kAddr : kDeviceFree;  // not written
+    const EntryKey spec[] = {kAction, e.action == Action::oom ? kDeviceFree : kAddr, kSize, kStream,
+                             kTimeUs, kCompileContext, kUserMetadata, kFrames};
+    ShapeNotes notes;
+    for (EntryKey k : spec)
+      if (const Value* v = value(k); !v || !fits(*v, entry_key_shape(k))) notes.absent.push_back(kEntryKeyNames[k]);
+    for (const auto& item : entry.dict_items()) {
+      const EntryKey k = entry_key(*item.first);
+      if (k == kOtherKey || k == swapped || !fits(*item.second, entry_key_shape(k))) notes.other.emplace_back(item.first, item.second);
+    }
+    std::uint8_t absent_text = 0;
+    if (!value(kCompileContext)) absent_text |= 1;
+    if (!value(kUserMetadata)) absent_text |= 2;
+    m_absent_everywhere &= absent_text;
+    // A missing compile_context or user_metadata is noted below; one there of another type
+    // is listed here with its value.
+    static constexpr std::string_view kText[] = {"compile_context", "user_metadata"};
+    std::span<const std::string_view> skip;
+    if (absent_text == 3) skip = std::span<const std::string_view>(kText, 2);
+    else if (absent_text == 1) skip = std::span<const std::string_view>(kText, 1);
+    else if (absent_text == 2) skip = std::span<const std::string_view>(kText + 1, 1);
+    if (!notes.absent.empty() || !notes.other.empty()) {
+      if (x.is_null()) x = nlohmann::json::object();
+      put_notes(notes, x, m_budget, skip);
+    }
+    if ((!x.is_null() && !x.empty()) || absent_text != 0)
+      m_entry_notes.push_back(EntryNotes{d, m_per_device[d].size(), std::move(x), absent_text});
+    m_per_device[d].push_back(e);
+  }
+
+  // An action this memsnap does not know (a newer torch): no event, so no analysis sees it, but
+  // the extras keep the entry where it was, for export.
+  template <typename Where>
+  void read_unknown_entry(std::size_t d, std::size_t i, const Value& entry, const ValuePtr& frames, const Where& where) {
+    ++m_skipped;
+    nlohmann::json u = {{"device", d}, {"position", i}};
+    const bool intern = internable_frames(frames);
+    if (intern) {
+      const std::uint32_t id = m_stacks.intern(frames, [&] { return where() + ".frames"; });
+      u["stack"] = static_cast<std::int64_t>(id);
+    }
+    pickle::DictItems rest;
+    for (const auto& [k, v] : entry.dict_items())
+      if (!(intern && k->is_string() && k->as_string() == "frames")) rest.emplace_back(k, v);
+    u["entry"] = to_json_at(m_budget.keep(Value::dict(std::move(rest))), 0, m_budget);
+    m_unknown.push_back(std::move(u));
+  }
+
+  // Merges the traces by time, rebuilds the state at start, finds batches, and keeps the rest of
+  // the root dict in the extras.
+  ImportResult finish(const Value& root) {
+    RankRecord& rec = m_result.record;
+    nlohmann::json& extras = m_result.extras;
+    extras["segments"] = std::move(m_seg_extras);
+    WindowRecord& w = m_w;
+    // A k-way merge, not a sort, so that export gives every device's entries back in their
+    // original order.
+    if (m_per_device.size() == 1) {
+      w.events = std::move(m_per_device[0]);
+    } else {
+      std::size_t total = 0;
+      for (const auto& t : m_per_device) total += t.size();
+      w.events.reserve(total);
+      std::vector<std::size_t> heads(m_per_device.size(), 0);
+      while (true) {
+        std::size_t best = m_per_device.size();
+        for (std::size_t d = 0; d < m_per_device.size(); ++d)
+          if (heads[d] < m_per_device[d].size() &&
+              (best == m_per_device.size() || m_per_device[d][heads[d]].time_ns < m_per_device[best][heads[best]].time_ns))
+            best = d;
+        if (best == m_per_device.size()) break;
+        w.events.push_back(m_per_device[best][heads[best]++]);
       }
-    if (n.x.empty()) continue;
-    n.x["device"] = n.device;
-    n.x["index"] = n.index;
-    trace_extras.push_back(std::move(n.x));
-  }
-  entry_notes.clear();
-  extras["device_count"] = per_device.size();
-  extras["trace_extras"] = std::move(trace_extras);
-  if (!per_device.empty() &&
-      std::any_of(per_device.begin(), per_device.end(), [](const auto& t) { return !t.empty(); })) {
+    }
+    m_per_device.clear();
+    if (!w.events.empty()) {
+      w.open_time_ns = w.events.front().time_ns;
+      w.close_time_ns = w.events.back().time_ns;
+    }
+
+    w.live_at_start = reconstruct_live_at_start(w, m_segment_stacks);
+
+    const Value* annotations = root.find("external_annotations");
+    find_batches(rec, annotations, m_opt, w);
+    if (annotations) extras["external_annotations"] = to_json_at(*annotations, 0, m_budget);
+    if (const Value* settings = root.find("allocator_settings"))
+      extras["allocator_settings"] = to_json_at(*settings, 0, m_budget);
+    // Export writes segments, device_traces and allocator_settings whatever the snapshot had.
     auto absent = nlohmann::json::array();
-    if (absent_everywhere & 1) absent.push_back("compile_context");
-    if (absent_everywhere & 2) absent.push_back("user_metadata");
-    if (!absent.empty()) extras["trace_absent"] = std::move(absent);
-  }
-  if (!unknown.empty()) extras["unknown_entries"] = std::move(unknown);
-  if (!none_traces.empty()) extras["none_traces"] = std::move(none_traces);
-  extras["skipped_entries"] = skipped;
+    for (const char* key : {"segments", "device_traces", "allocator_settings"})
+      if (const Value* v = root.find(key); !v || (v->is_none() && std::string_view(key) != "allocator_settings"))
+        absent.push_back(key);
+    if (!absent.empty()) extras["absent"] = std::move(absent);
+    pickle::DictItems other;
+    for (const auto& [k, v] : root.dict_items()) {
+      const std::string_view key = k->is_string() ? std::string_view(k->as_string()) : std::string_view();
+      const bool known = k->is_string() && (key == "external_annotations" || key == "allocator_settings" ||
+                                            ((key == "segments" || key == "device_traces") && !v->is_none()));
+      if (!known) other.emplace_back(k, v);
+    }
+    if (!other.empty()) extras["other_keys"] = to_json_at(m_budget.keep(Value::dict(std::move(other))), 0, m_budget);
 
-  std::vector<std::size_t> heads(per_device.size(), 0);
-  while (true) {
-    std::size_t best = per_device.size();
-    for (std::size_t d = 0; d < per_device.size(); ++d)
-      if (heads[d] < per_device[d].size() &&
-          (best == per_device.size() || per_device[d][heads[d]].time_ns < per_device[best][heads[best]].time_ns))
-        best = d;
-    if (best == per_device.size()) break;
-    w.events.push_back(per_device[best][heads[best]++]);
+    rec.windows.push_back(std::move(w));
+    return std::move(m_result);
   }
-  if (!w.events.empty()) {
-    w.open_time_ns = w.events.front().time_ns;
-    w.close_time_ns = w.events.back().time_ns;
-  }
+};
 
-  w.live_at_start = reconstruct_live_at_start(w, segment_stacks);
+}  // namespace
 
-  const Value* annotations = root.find("external_annotations");
-  find_batches(rec, annotations, opt, w);
-  if (annotations) extras["external_annotations"] = to_json_at(*annotations, 0, budget);
-  if (const Value* settings = root.find("allocator_settings"))
-    extras["allocator_settings"] = to_json_at(*settings, 0, budget);
-  // Export writes segments, device_traces and allocator_settings whatever the snapshot had.
-  auto absent = nlohmann::json::array();
-  for (const char* key : {"segments", "device_traces", "allocator_settings"})
-    if (const Value* v = root.find(key); !v || (v->is_none() && std::string_view(key) != "allocator_settings"))
-      absent.push_back(key);
-  if (!absent.empty()) extras["absent"] = std::move(absent);
-  pickle::DictItems other;
-  for (const auto& [k, v] : root.dict_items()) {
-    const std::string_view key = k->is_string() ? std::string_view(k->as_string()) : std::string_view();
-    const bool known = k->is_string() && (key == "external_annotations" || key == "allocator_settings" ||
-                                          ((key == "segments" || key == "device_traces") && !v->is_none()));
-    if (!known) other.emplace_back(k, v);
-  }
-  if (!other.empty()) extras["other_keys"] = to_json_at(budget.keep(Value::dict(std::move(other))), 0, budget);
-
-  rec.windows.push_back(std::move(w));
-  return result;
+ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
+  SnapshotImporter importer(opt, false);
+  return importer.import_tree(root);
 }
 
 RankRecord import_snapshot(const Value& root, const ImportOptions& opt) {
@@ -566,23 +860,44 @@ std::string without_prefix(std::string message) {
 }
 }  // namespace
 
+namespace {
+// A streaming read, and the import of what it gave; read again whole when it could not stream.
+ImportResult import_bytes(std::string_view data, const pickle::MappedFile* file, const ImportOptions& opt) {
+  auto importer = std::make_unique<SnapshotImporter>(opt, true);
+  pickle::StreamedRead read = pickle::read_streaming(data, *importer, {}, file);
+  if (read.streamed) return importer->import_streamed(*read.root);
+  return SnapshotImporter(opt, false).import_tree(*read.root);
+}
+
+// Every error names its source: "X.pickle: not a PyTorch snapshot: opcode BINGET (0x68) at byte 0 ...".
+template <typename F>
+ImportResult named(const std::string& name, const F& f) {
+  try {
+    return f();
+  } catch (const pickle::PickleError& e) {
+    throw pickle::PickleError(name + ": not a PyTorch snapshot: " + without_prefix(e.what()), e.offset());
+  } catch (const SnapshotError& e) {
+    throw SnapshotError(name + ": not a PyTorch snapshot: " + without_prefix(e.what()));
+  } catch (const pickle::ValueError& e) {
+    throw SnapshotError(name + ": not a PyTorch snapshot: " + without_prefix(e.what()));
+  }
+}
+}  // namespace
+
+ImportResult import_snapshot_data(std::string_view data, const std::string& name, const ImportOptions& opt) {
+  return named(name, [&] { return import_bytes(data, nullptr, opt); });
+}
+
 ImportResult import_snapshot_file(const std::string& path, const ImportOptions& opt) {
-  // Every error names the file: "X.pickle: not a PyTorch snapshot: opcode BINGET (0x68) at byte 0 ...".
   if (std::ifstream probe(path, std::ios::binary); !probe) {
     throw pickle::PickleError(path + ": cannot read it: " + std::strerror(errno), 0);
   }
-  try {
-    auto root = pickle::read_file(path);
-    auto result = import_snapshot_full(*root, opt);
-    result.record.path = path;
-    return result;
-  } catch (const pickle::PickleError& e) {
-    throw pickle::PickleError(path + ": not a PyTorch snapshot: " + without_prefix(e.what()), e.offset());
-  } catch (const SnapshotError& e) {
-    throw SnapshotError(path + ": not a PyTorch snapshot: " + without_prefix(e.what()));
-  } catch (const pickle::ValueError& e) {
-    throw SnapshotError(path + ": not a PyTorch snapshot: " + without_prefix(e.what()));
-  }
+  auto result = named(path, [&] {
+    const pickle::MappedFile file(path);
+    return import_bytes(file.data(), &file, opt);
+  });
+  result.record.path = path;
+  return result;
 }
 
 }  // namespace memsnap::torch

@@ -41,6 +41,16 @@ void expect_error(const std::string& data, std::initializer_list<std::string> ne
   }
 }
 
+std::string pickle_hex(const std::string& data) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : data) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST(PickleTest, ParsesEveryFixture) {
@@ -316,4 +326,211 @@ TEST(PickleWriterTest, PythonReadsEveryKind) {
     }
     std::filesystem::remove(path);
   }
+}
+
+// --- memo pruning and streaming --------------------------------------------------------------
+
+namespace {
+
+// A TraceSink that keeps what it is given.
+struct RecordingSink : pickle::TraceSink {
+  bool accept = true;
+  int begins = 0;
+  ValuePtr segments;
+  std::vector<std::pair<std::size_t, std::size_t>> places;  // (device, position)
+  std::vector<ValuePtr> entries;
+  bool begin(const ValuePtr& segs) override {
+    ++begins;
+    segments = segs;
+    return accept;
+  }
+  void entry(std::size_t device, std::size_t position, const ValuePtr& e) override {
+    places.emplace_back(device, position);
+    entries.push_back(e);
+  }
+};
+
+ValuePtr str(const char* s) { return Value::string(s); }
+ValuePtr trace_entry(std::int64_t t, ValuePtr frames) {
+  return Value::dict({{str("action"), str("alloc")}, {str("addr"), Value::integer(4096 * t)},
+                      {str("size"), Value::integer(512)}, {str("time_us"), Value::integer(t)},
+                      {str("frames"), std::move(frames)}});
+}
+// A snapshot-shaped root: segments first, then device traces, as torch writes them.
+ValuePtr snapshot_root(std::vector<ValuePtr> traces, pickle::DictItems more = {}) {
+  pickle::DictItems items{{str("segments"), Value::list({Value::dict({{str("address"), Value::integer(0)}})})},
+                          {str("device_traces"), Value::list(std::move(traces))}};
+  for (auto& kv : more) items.push_back(std::move(kv));
+  return Value::dict(std::move(items));
+}
+
+}  // namespace
+
+// Only nodes that a later GET names are kept (and marked shared); the reference is the same node.
+TEST(PickleTest, MemoKeepsOnlyReferencedNodes) {
+  auto shared = Value::list({Value::integer(1)});
+  auto root = Value::dict({{str("a"), shared}, {str("b"), shared}, {str("c"), Value::list({Value::integer(2)})}});
+  auto back = pickle::read(pickle::write(root));
+  ASSERT_EQ(back->find_ptr("a"), back->find_ptr("b"));
+  EXPECT_TRUE(back->at("a").is_shared());
+  EXPECT_FALSE(back->at("c").is_shared());
+
+  // Explicit PUT far out, then MEMOIZE: Python's MEMOIZE index is the memo's length (1 here, so
+  // the second list is index 1), and a 32-bit index past the bytes read is looked up too. (Python's
+  // pure unpickler is the reference: the C one refuses so large an index for want of memory.)
+  std::string data = bytes({0x80, 0x04, '(', ']', 'r', 0xf0, 0xff, 0xff, 0xff, ']', 0x94,  //
+                            'j', 0xf0, 0xff, 0xff, 0xff, 'h', 0x01, 't', '.'});
+  auto tuple = pickle::read(data);
+  ASSERT_EQ(tuple->size(), 4u);
+  EXPECT_EQ(tuple->items()[0], tuple->items()[2]);
+  EXPECT_EQ(tuple->items()[1], tuple->items()[3]);
+  EXPECT_NE(tuple->items()[0], tuple->items()[1]);
+  auto py = test::run_python("-c \"import pickle,sys; t=pickle._loads(bytes.fromhex(sys.argv[1])); "
+                             "print(t[0] is t[2], t[1] is t[3], t[0] is t[1])\" " + pickle_hex(data));
+  EXPECT_EQ(py.output, "True True False\n");
+  // A GET of an index never stored is still an error naming it.
+  expect_error(bytes({0x80, 0x04, ']', 0x94, 'h', 0x01, '.'}), {"BINGET", "memo index 1 was never stored", "at byte 4"}, 4);
+}
+
+// The entries of each device trace go to the sink, in order, and are not stored; the rest is.
+TEST(PickleTest, StreamingHandsTraceEntriesToTheSink) {
+  auto frames = Value::list({Value::dict({{str("name"), str("f")}})});
+  auto root = snapshot_root({Value::list({trace_entry(1, frames), trace_entry(2, frames)}), Value::none(),
+                             Value::list({trace_entry(3, Value::list({}))})},
+                            {{str("allocator_settings"), Value::dict({})}});
+  const std::string data = pickle::write(root);
+  RecordingSink sink;
+  auto read = pickle::read_streaming(data, sink);
+  ASSERT_TRUE(read.streamed);
+  EXPECT_EQ(sink.begins, 1);
+  ASSERT_TRUE(sink.segments);
+  EXPECT_EQ(sink.segments, read.root->find_ptr("segments"));
+  EXPECT_EQ(sink.places, (std::vector<std::pair<std::size_t, std::size_t>>{{0, 0}, {0, 1}, {2, 0}}));
+  EXPECT_EQ(sink.entries[1]->at("time_us").as_int64(), 2);
+  // The frames list referenced twice is one shared node.
+  EXPECT_EQ(sink.entries[0]->find_ptr("frames"), sink.entries[1]->find_ptr("frames"));
+  EXPECT_TRUE(sink.entries[0]->at("frames").is_shared());
+  const auto& traces = read.root->at("device_traces");
+  ASSERT_EQ(traces.size(), 3u);
+  EXPECT_EQ(traces.at(0).size(), 0u);
+  EXPECT_TRUE(traces.at(1).is_none());
+  EXPECT_TRUE(read.root->at("allocator_settings").is_dict());
+
+  // A sink that declines gets the whole tree.
+  RecordingSink no;
+  no.accept = false;
+  auto whole = pickle::read_streaming(data, no);
+  EXPECT_FALSE(whole.streamed);
+  EXPECT_TRUE(no.entries.empty());
+  EXPECT_TRUE(whole.root->equals(*root));
+}
+
+// A trace list the pickle refers to again (here from another key) cannot be streamed: the read
+// gives the whole tree, whatever the sink saw, so every reference sees every entry.
+TEST(PickleTest, StreamingFallsBackWhenATraceIsReferencedAgain) {
+  auto trace = Value::list({trace_entry(1, Value::list({})), trace_entry(2, Value::list({}))});
+  auto root = snapshot_root({trace}, {{str("alias"), trace}});
+  RecordingSink sink;
+  auto read = pickle::read_streaming(pickle::write(root), sink);
+  EXPECT_FALSE(read.streamed);
+  EXPECT_TRUE(read.root->equals(*root));
+  EXPECT_EQ(read.root->at("device_traces").at(0).size(), 2u);
+
+  // The same entry twice in a trace is streamed twice (it is complete when appended).
+  auto e = trace_entry(5, Value::list({}));
+  RecordingSink twice;
+  auto again = pickle::read_streaming(pickle::write(snapshot_root({Value::list({e, e})})), twice);
+  EXPECT_TRUE(again.streamed);
+  ASSERT_EQ(twice.entries.size(), 2u);
+  EXPECT_EQ(twice.entries[0], twice.entries[1]);
+
+  // Segments after the traces: the sink is told there are none yet, and declines.
+  auto late = Value::dict({{str("device_traces"), Value::list({Value::list({e})})}, {str("segments"), Value::list({})}});
+  RecordingSink order;
+  order.accept = false;
+  auto late_read = pickle::read_streaming(pickle::write(late), order);
+  EXPECT_FALSE(late_read.streamed);
+  EXPECT_EQ(order.begins, 1);
+  EXPECT_FALSE(order.segments);
+}
+
+// The mapped file gives the same bytes as reading it, and a missing file is one clear error.
+TEST(PickleTest, MappedFileReadsTheBytes) {
+  const std::string path = test::fixture("snap_oom.pickle");
+  pickle::MappedFile file(path);
+  EXPECT_EQ(std::string(file.data()), test::read_bytes(path));
+  file.release(0, file.data().size());  // pages come back from the file when touched again
+  EXPECT_EQ(std::string(file.data()), test::read_bytes(path));
+  pickle::MappedFile moved(std::move(file));
+  EXPECT_TRUE(pickle::read(moved.data())->is_dict());
+  try {
+    pickle::MappedFile missing("/nonexistent/x.pickle");
+    ADD_FAILURE();
+  } catch (const PickleError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.pickle"), std::string::npos) << e.what();
+  }
+}
+
+// Entries go to the sink as soon as the next one starts (one entry in memory at a time); a pickle
+// that then uses them otherwise than by APPENDS into their trace is read again whole.
+TEST(PickleTest, EarlyStreamedEntriesFallBackWhenUsedOtherwise) {
+  auto text = [](const std::string& s) { return bytes({0x8c, static_cast<int>(s.size())}) + s; };
+  auto entry = [&](int v) { return std::string("}") + text("a") + bytes({'K', v, 's'}); };
+  const std::string head = bytes({0x80, 0x04}) + "}(" + text("segments") + "]" + text("device_traces") + "](](";
+  // [[e1, e2, e3]] by APPENDS, and the same entries made into a tuple appended as one.
+  const std::string appends = head + entry(1) + entry(2) + entry(3) + "eeu.";
+  const std::string tuple = head + entry(1) + entry(2) + entry(3) + "taeu.";
+  RecordingSink sink;
+  auto streamed = pickle::read_streaming(appends, sink);
+  EXPECT_TRUE(streamed.streamed);
+  EXPECT_EQ(sink.entries.size(), 3u);
+  EXPECT_EQ(sink.entries[2]->at("a").as_int64(), 3);
+  RecordingSink other;
+  auto whole = pickle::read_streaming(tuple, other);
+  EXPECT_FALSE(whole.streamed);
+  EXPECT_TRUE(whole.root->equals(*pickle::read(tuple)));
+  EXPECT_EQ(whole.root->at("device_traces").at(0).at(0).size(), 3u);  // the tuple, whole
+  // A POP of the last entry drops it; one more would reach a streamed one: read whole.
+  RecordingSink popped;
+  auto one_pop = pickle::read_streaming(head + entry(1) + entry(2) + "0eeu.", popped);
+  EXPECT_TRUE(one_pop.streamed);
+  EXPECT_EQ(popped.places.size(), 1u);
+  RecordingSink popped2;
+  const std::string two_pops = head + entry(1) + entry(2) + "00eeu.";
+  auto two = pickle::read_streaming(two_pops, popped2);
+  EXPECT_FALSE(two.streamed);
+  EXPECT_TRUE(two.root->equals(*pickle::read(two_pops)));
+  // After a POP, a MARK right above a streamed entry: SETITEMS modifies that entry (a fuzzer found
+  // this): read whole. A dict started and dropped there changes nothing: streamed.
+  const std::string modified = head + entry(1) + entry(2) + entry(3) + "0(" + text("k") + bytes({'K', 5}) + "ueeu.";
+  RecordingSink sets;
+  auto r = pickle::read_streaming(modified, sets);
+  EXPECT_FALSE(r.streamed);
+  EXPECT_TRUE(r.root->equals(*pickle::read(modified)));
+  EXPECT_EQ(r.root->at("device_traces").at(0).at(1).size(), 2u);
+  RecordingSink dropped;
+  auto d = pickle::read_streaming(head + entry(1) + entry(2) + entry(3) + "0(}1eeu.", dropped);
+  EXPECT_TRUE(d.streamed);
+  EXPECT_EQ(dropped.entries.size(), 2u);
+}
+
+// The memo lets go of a node after the last GET that names it: a frames list two entries share is
+// freed with the second, not kept to the end of the read.
+TEST(PickleTest, MemoReleasesANodeAfterItsLastReference) {
+  struct WatchingSink : pickle::TraceSink {
+    std::vector<std::weak_ptr<const Value>> frames;
+    std::vector<bool> alive_at;  // at each entry: is entry 0's frames list still alive?
+    bool begin(const ValuePtr&) override { return true; }
+    void entry(std::size_t, std::size_t, const ValuePtr& e) override {
+      frames.emplace_back(e->find_ptr("frames"));
+      alive_at.push_back(!frames.front().expired());
+    }
+  };
+  auto shared = Value::list({Value::dict({{str("name"), str("f")}})});
+  auto root = snapshot_root({Value::list({trace_entry(1, shared), trace_entry(2, shared), trace_entry(3, Value::list({})),
+                                          trace_entry(4, Value::list({}))})});
+  WatchingSink sink;
+  auto read = pickle::read_streaming(pickle::write(root), sink);
+  ASSERT_TRUE(read.streamed);
+  EXPECT_EQ(sink.alive_at, (std::vector<bool>{true, true, false, false}));
 }

@@ -2,6 +2,7 @@
 // pickle module as the reference reader.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "memsnap/spill.hpp"
 #include "test_util.hpp"
 #include "torch/pickle.hpp"
+#include "torch/pickle_writer.hpp"
 #include "torch/snapshot.hpp"
 
 using namespace memsnap;
@@ -541,4 +543,145 @@ TEST(SnapshotTest, RealLoopsSpillAFewBytesAnEventAndReadBackExactly) {
       EXPECT_LE(per_event, 12.0) << path;
     }
   }
+}
+
+// --- the streaming import ------------------------------------------------------------------------
+
+namespace {
+
+// Two imports agree on everything the store keeps.
+void expect_same_import(const torch::ImportResult& a, const torch::ImportResult& b) {
+  const auto& ra = a.record;
+  const auto& rb = b.record;
+  EXPECT_EQ(ra.frames, rb.frames);
+  EXPECT_EQ(ra.stacks, rb.stacks);
+  ASSERT_EQ(ra.windows.size(), rb.windows.size());
+  for (std::size_t i = 0; i < ra.windows.size(); ++i) {
+    const auto& wa = ra.windows[i];
+    const auto& wb = rb.windows[i];
+    ASSERT_EQ(wa.events.size(), wb.events.size());
+    for (std::size_t k = 0; k < wa.events.size(); ++k)
+      ASSERT_EQ(std::memcmp(&wa.events[k], &wb.events[k], sizeof(Event)), 0) << "event " << k;
+    EXPECT_EQ(wa.segments, wb.segments);
+    EXPECT_EQ(wa.live_at_start, wb.live_at_start);
+    EXPECT_EQ(wa.batches, wb.batches);
+    EXPECT_EQ(wa.batch_method, wb.batch_method);
+    EXPECT_EQ(wa.oom, wb.oom);
+  }
+  EXPECT_EQ(a.extras, b.extras);
+}
+
+torch::ImportResult tree_import(const std::string& path) {
+  return torch::import_snapshot_full(*pickle::read_file(path), options());
+}
+
+ValuePtr str(const char* s) { return Value::string(s); }
+ValuePtr frame_value(const char* name, std::int64_t line) {
+  return Value::dict({{str("name"), str(name)}, {str("filename"), str("train.py")}, {str("line"), Value::integer(line)}});
+}
+ValuePtr alloc_entry(std::int64_t t, ValuePtr frames) {
+  return Value::dict({{str("action"), str("alloc")}, {str("addr"), Value::integer(4096 * t)},
+                      {str("size"), Value::integer(512)}, {str("stream"), Value::integer(0)},
+                      {str("time_us"), Value::integer(t)}, {str("compile_context"), str("N/A")},
+                      {str("user_metadata"), str("")}, {str("frames"), std::move(frames)}});
+}
+ValuePtr segment_value(ValuePtr frames) {
+  return Value::dict({{str("device"), Value::integer(0)}, {str("address"), Value::integer(1 << 20)},
+                      {str("total_size"), Value::integer(1 << 20)}, {str("stream"), Value::integer(0)},
+                      {str("frames"), std::move(frames)}, {str("blocks"), Value::list({})}});
+}
+
+}  // namespace
+
+// What `memsnap import` runs (a streaming read) gives what the whole tree's import gives, on real
+// snapshots, the hand-made ones and the repo's other torch data.
+TEST(SnapshotTest, StreamedImportEqualsTreeImport) {
+  std::vector<std::string> paths;
+  for (const char* name : kFixtures) paths.push_back(test::fixture(name));
+  for (const char* kind : {"rich", "old"}) {
+    const std::string path = test::temp_path(std::string("stream_") + kind + ".pickle");
+    auto made = test::run_python(test::quoted(test::script("make_snapshot.py")) + " " + kind + " " + test::quoted(path));
+    ASSERT_EQ(made.status, 0) << made.output;
+    paths.push_back(path);
+  }
+  for (const char* rel : {"torch-loops/spike16/rank9.5.pt.trace.memory_snapshot.pickle",
+                          "torch-stacks/vit_adam/all/rank0.7.pt.trace.memory_snapshot.pickle",
+                          "torch-loops/oom_caught/rank3.5.pt.trace.memory_snapshot.pickle"})
+    paths.push_back(std::string(MEMSNAP_TEST_DATA) + "/" + rel);
+  for (const auto& path : paths) {
+    SCOPED_TRACE(path);
+    expect_same_import(torch::import_snapshot_file(path, options()), tree_import(path));
+  }
+}
+
+// Stack and frame ids come out as the tree walk gives them (segments first, then the entries in
+// trace order), whatever the pickle shares: frames shared between a segment and entries, entries
+// that appear twice, a trace list also held under another key (not streamable), and segments
+// written after the traces.
+TEST(SnapshotTest, StreamedImportKeepsIdsAndFallsBackWhereItMust) {
+  auto seg_frames = Value::list({frame_value("malloc", 1), frame_value("main", 2)});
+  auto shared_frame = frame_value("forward", 10);
+  auto e1 = alloc_entry(1, Value::list({shared_frame, frame_value("main", 2)}));
+  auto e2 = alloc_entry(2, Value::list({frame_value("step", 20), shared_frame}));
+  auto trace = Value::list({e1, e2, e1, alloc_entry(3, seg_frames)});
+  auto segments = Value::list({segment_value(seg_frames)});
+  const std::vector<std::pair<const char*, ValuePtr>> cases = {
+      {"torch order", Value::dict({{str("segments"), segments}, {str("device_traces"), Value::list({trace, Value::list({e2})})}})},
+      {"trace referenced again",
+       Value::dict({{str("segments"), segments}, {str("device_traces"), Value::list({trace})}, {str("copy"), trace}})},
+      {"segments last", Value::dict({{str("device_traces"), Value::list({trace})}, {str("segments"), segments}})},
+  };
+  for (const auto& [name, root] : cases) {
+    SCOPED_TRACE(name);
+    const std::string path = test::temp_path("stream_case.pickle");
+    test::write_bytes(path, pickle::write(root));
+    const auto streamed = torch::import_snapshot_file(path, options());
+    expect_same_import(streamed, tree_import(path));
+    // The segment's stack is id 0 and its frames come first.
+    ASSERT_FALSE(streamed.record.stacks.empty());
+    EXPECT_EQ(streamed.extras["segments"][0]["stack"], 0);
+    EXPECT_EQ(streamed.record.frames[0].name, "malloc");
+    const auto& events = streamed.record.windows[0].events;
+    auto last = std::find_if(events.begin(), events.end(), [](const Event& e) { return e.time_ns == 3000; });
+    ASSERT_NE(last, events.end());
+    EXPECT_EQ(last->stack_id, 0u);
+    std::filesystem::remove(path);
+  }
+}
+
+// A stream cut short is a pickle error naming the file and the byte, even where the entries read
+// before the cut were not a snapshot's (the pickle's fault comes first, as for the tree).
+TEST(SnapshotTest, TruncatedStreamNamesFileAndByte) {
+  const std::string data = test::read_bytes(test::fixture("snap_native.pickle"));
+  const std::string path = test::temp_path("cut.pickle");
+  for (std::size_t cut : {data.size() / 3, data.size() / 2, data.size() - 2}) {
+    SCOPED_TRACE(cut);
+    test::write_bytes(path, data.substr(0, cut));
+    try {
+      torch::import_snapshot_file(path, options());
+      ADD_FAILURE() << "no error";
+    } catch (const pickle::PickleError& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind(path + ": not a PyTorch snapshot: ", 0), 0u) << msg;
+      EXPECT_NE(msg.find("at byte"), std::string::npos) << msg;
+      EXPECT_LE(e.offset(), cut);
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+  // An entry without time_us, then a cut: the truncation is what is reported.
+  auto bad_entry = Value::dict({{str("action"), str("alloc")}, {str("addr"), Value::integer(1)}});
+  auto root = Value::dict({{str("segments"), Value::list({})},
+                           {str("device_traces"), Value::list({Value::list({bad_entry, alloc_entry(1, Value::list({}))})})},
+                           {str("allocator_settings"), Value::dict({})}});
+  const std::string whole = pickle::write(root, {.frames = false});
+  test::write_bytes(path, whole);
+  try {
+    torch::import_snapshot_file(path, options());
+    ADD_FAILURE() << "no error";
+  } catch (const torch::SnapshotError& e) {
+    EXPECT_NE(std::string(e.what()).find("device_traces[0][0]: missing key 'time_us'"), std::string::npos) << e.what();
+  }
+  test::write_bytes(path, whole.substr(0, whole.size() - 3));
+  EXPECT_THROW(torch::import_snapshot_file(path, options()), pickle::PickleError);
+  std::filesystem::remove(path);
 }
