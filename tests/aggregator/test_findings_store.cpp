@@ -283,9 +283,10 @@ TEST(FindingsStore, ImportKeepsTheFindingsTheRankFilesGive) {
   EXPECT_GT(found, checked);  // the loops plant causes
 }
 
-// h5py reads /findings (where the python3 at hand has it).
+// h5py reads /findings. Debian's python3 (ci/setup.sh installs python3-h5py there), not whatever
+// python3 comes first on the PATH (a pyenv shim has no h5py).
 TEST(FindingsStore, H5pyReadsTheFindings) {
-  if (sh("python3 -c 'import h5py'").rc != 0) GTEST_SKIP() << "no h5py for python3";
+  if (sh("/usr/bin/python3 -c 'import h5py'").rc != 0) GTEST_SKIP() << "no h5py for /usr/bin/python3";
   TempDir t;
   make_run(t / "run");
   const fs::path store = t / "run/memsnap.h5";
@@ -295,7 +296,7 @@ TEST(FindingsStore, H5pyReadsTheFindings) {
                    "f = h5py.File(sys.argv[1], 'r')\n"
                    "x = f['/findings'][:]\n"
                    "print([(k.decode(), int(r)) for k, r in zip(x['kind'], x['rank'])][:2], len(f['/digest/batches']) > 0)\n");
-  const Result p = sh("python3 " + quote((t / "check.py").string()) + " " + quote(store.string()));
+  const Result p = sh("/usr/bin/python3 " + quote((t / "check.py").string()) + " " + quote(store.string()));
   ASSERT_EQ(p.rc, 0) << p.err;
   EXPECT_EQ(p.out, "[('missing', 2), ('truncated', 4)] True\n");
 }
