@@ -51,7 +51,8 @@ class SnapshotError : public Error {
 struct ImportOptions {
   int rank = 0;
   int world_size = 0;           // 0: unknown
-  std::int64_t batch = 0;       // the window's batch_end (Composer's {batch})
+  std::int64_t batch = 0;       // the window's batch_end (Composer's {batch}); -1: nothing names it,
+                                // the trace's batches count from 1 and the window is named after its last
   std::int64_t batch_start = -1;  // -1: derived (see import_snapshot_full)
   int expected_batches = 0;       // batches the window spans when known (the config's interval)
   std::string run_name;

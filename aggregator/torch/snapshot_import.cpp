@@ -352,7 +352,12 @@ void find_batches(const RankRecord& rec, const Value* annotations, const ImportO
   BatchInferenceOptions bo;
   bo.expected_batches = opt.expected_batches;
   const InferredBatches found = infer_batches(rec, w, annotations_of(annotations), bo);
+  // A window nothing names (a single pickle without Composer's name, as memsnap view takes it):
+  // its batches count from 1 and it is named after its last.
+  const bool unnamed = opt.batch < 0;
+  if (unnamed) w.batch_end = static_cast<std::int64_t>(std::max<std::size_t>(1, found.starts.size()));
   apply_inferred_batches(found, w);
+  if (unnamed && found.numbered && !w.batches.empty()) w.batch_end = w.batches.back().batch;
   if (found.method == "step_annotation") w.batch_method = "recorded";  // the source's own marks
   if (opt.batch_start >= 0 && !w.batches.empty()) {
     const std::int64_t shift = opt.batch_start + (w.batch_start < w.batches.front().batch ? 1 : 0) - w.batches.front().batch;

@@ -84,7 +84,7 @@ void add_view(CLI::App& app, int& code) {
                   "the folder for the store and the report (default: beside the first pickle, named after it, "
                   "NAME.memsnap/)");
   cmd->add_option("--template", o.name_template,
-                  "rank and batch from each file name (a single file that does not fit it is rank 0, batch 1)")
+                  "rank and batch from each file name (a single file that does not fit it is rank 0, its batches counted from 1)")
       ->capture_default_str();
   cmd->add_option("--rank", rank, "rank of a single file (with --batch)")->check(whole_number(0, 1 << 24));
   cmd->add_option("--batch", batch, "batch of a single file (with --rank)")->check(whole_number(0));
@@ -120,11 +120,12 @@ void add_view(CLI::App& app, int& code) {
     }
     if (rank >= 0) o.rank = rank;
     if (batch >= 0) o.batch = batch;
-    // A single snapshot needs no name: one that does not fit the template is rank 0, batch 1.
+    // A single snapshot needs no name: one that does not fit the template is rank 0, its batches
+    // counted from 1 (batch -1: the importer names the window after its last batch).
     if (o.pickles.size() == 1 && !o.rank && !o.batch &&
         !parse_rank_batch(o.pickles.front().filename().string(), o.name_template)) {
       o.rank = 0;
-      o.batch = 1;
+      o.batch = -1;
     }
     const fs::path folder = dir.empty() ? default_folder(first_given) : dir;
     o.output = folder / kDefaultStoreName;

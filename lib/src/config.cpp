@@ -330,7 +330,8 @@ Config config_from_json(const json& object, const Config& base, std::string_view
   Config c = base;
   for (const auto& [key, v] : object.items()) {
     const auto& table = keys();
-    const auto it = std::find_if(table.begin(), table.end(), [&](const Key& k) { return k.name == key; });
+    const std::string& name = key;  // clang 14 cannot capture a structured binding
+    const auto it = std::find_if(table.begin(), table.end(), [&](const Key& k) { return k.name == name; });
     if (it == table.end()) {
       std::string known;
       for (const auto& k : config_keys()) known += (known.empty() ? "" : ", ") + k;

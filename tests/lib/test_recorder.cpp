@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -805,8 +806,14 @@ TEST(Recorder, SigtermDuringAWindowWriteNeverHangs) {
   // deadlock on malloc's lock, with or without memsnap.)
   for (int trial = 0; trial < 12; ++trial) {
     test::TempDir dir;
+    // The child says when it has started recording; the signal comes a trial-dependent time after
+    // that. (Timed from fork alone, a slow fork under TSan on a loaded machine let SIGTERM land
+    // before the handler was even installed.)
+    int started[2];
+    ASSERT_EQ(pipe(started), 0);
     const pid_t child = fork();
     if (child == 0) {
+      close(started[0]);
       if (trial % 2 == 0) signal(SIGTERM, [](int) { g_term_seen = 1; });
       Config c = config_in(dir);
       c.skip_batches = 0;
@@ -816,11 +823,23 @@ TEST(Recorder, SigtermDuringAWindowWriteNeverHangs) {
       if (!r.start(c, LaunchInfo{})) _exit(2);
       for (std::uint64_t i = 0;; ++i) {
         r.record_alloc(0, 0x1000 + i * 64, 64, 0);
-        if (i % 5000 == 0) r.step();
+        if (i % 5000 == 0) {
+          r.step();
+          if (started[1] >= 0 && i >= 5000) {  // a window is open and being written
+            const char one = 1;
+            (void)!write(started[1], &one, 1);
+            close(started[1]);
+            started[1] = -1;
+          }
+        }
         if (g_term_seen) std::exit(0);
       }
     }
-    usleep(20000 + trial * 7000);
+    close(started[1]);
+    pollfd ready{started[0], POLLIN, 0};
+    ASSERT_EQ(poll(&ready, 1, 10000), 1) << "trial " << trial << ": the child did not start recording within 10 s";
+    close(started[0]);
+    usleep(trial * 3000);
     kill(child, SIGTERM);
     int status = 0;
     pid_t done = 0;
