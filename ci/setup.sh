@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   chromium
   clang libclang-rt-14-dev
-  python3 python3-h5py python3-numpy
+  python3 python3-h5py python3-numpy time
 )
 
 missing=()
