@@ -53,7 +53,8 @@ void spike_findings(const Run& run, std::vector<Finding>& out) {
     spread_of_batch[batch] = cross_rank_rules::robust_spread(values);
     for (const auto& [r, p] : list) excess_of[r].emplace_back(batch, static_cast<double>(p) - med);
   }
-  for (const auto& [r, all] : excess_of) {
+  for (const auto& [rank_key, all] : excess_of) {
+    const auto r = rank_key;  // the lambdas below capture it (clang 14 cannot capture a binding)
     std::vector<std::pair<std::int64_t, double>> list;  // the batches that ran to their end
     for (const auto& x : all) {
       if (!run.oom_batches.count({r, x.first})) list.push_back(x);
