@@ -20,9 +20,10 @@ fi
 bash "$MEMSNAP_ROOT/ci/setup.sh"
 memsnap_build -DMEMSNAP_SANITIZE="$sanitize"
 cd "$MEMSNAP_BUILD"
-# Under TSan the browser tests are left out: they drive Chromium over single-threaded page code, and
-# the threaded parts they pass through (aggregation, import) run under TSan in their own tests.
-# Under ASan and in the plain build they all run.
+# Under TSan the browser tests and the end-to-end runs on real loops are left out
+# (CI time): they drive single-threaded page and analysis code through the CLI, and the threaded
+# parts they pass through (aggregation, threaded import, the recorder) run under TSan in their own
+# tests. Under ASan and in the plain build they all run.
 skip=()
-[ "$sanitize" = thread ] && skip=(-LE report_html)
+[ "$sanitize" = thread ] && skip=(-LE 'report_html|torch_loops')
 ctest --output-on-failure -j "$jobs" --timeout 600 "${skip[@]}" "$@"
