@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kVerb = "memsnap view";
 constexpr const char* kReportDir = "report";
-constexpr const char* kReportMarker = ".memsnap-report";  // what memsnap report leaves in its folder
 
 /// Beside the first pickle (or folder of pickles), named after it: rank0.3.pt.trace.memory_snapshot.memsnap/.
 fs::path default_folder(fs::path first) {
@@ -47,17 +46,8 @@ std::string folder_refusal(const fs::path& dir, const fs::path& store, bool over
     }
   }
   if (ec) return dir.string() + ": cannot list the folder: " + ec.message();
-  const fs::path report = dir / kReportDir;
-  const fs::file_status rst = fs::symlink_status(report, ec);
-  if (!fs::exists(rst)) return "";
-  if (!fs::is_directory(rst) || fs::is_symlink(rst)) return report.string() + " is not a folder" + choose;
-  if (fs::is_regular_file(fs::symlink_status(report / kReportMarker, ec))) {
-    return overwrite ? "" : report.string() + " already holds a memsnap report; pass --overwrite to replace it";
-  }
-  if (!fs::is_empty(report, ec) || ec) {
-    return report.string() + " holds files that memsnap did not write (no " + kReportMarker + " marker)" + choose;
-  }
-  return "";
+  // The report folder as memsnap report itself judges it (its marker), asked before the import.
+  return report_folder_refusal(dir / kReportDir, overwrite);
 }
 
 std::string size_in_words(std::uintmax_t bytes) {

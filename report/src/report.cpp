@@ -204,6 +204,10 @@ std::string page_name(const std::string& tmpl, const std::string& run_name, cons
   return name;
 }
 
+std::string report_folder_refusal(const fs::path& dir, bool overwrite) {
+  return inspect_report_folder(dir, overwrite).refusal;
+}
+
 int report_main(const ReportOptions& options) {
   std::unique_ptr<mpi::World> mpi_world;
   try {

@@ -67,6 +67,11 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
 // 4 (an upload to remote_file_name failed or was refused; the report is written).
 int report_main(const ReportOptions& options);
 
+/// Why report_main would refuse to write its pages into `dir` ("" when it may): `dir` is absent,
+/// empty, or an earlier memsnap report (its marker) and `overwrite` is set. For callers that
+/// must know before they do other work (memsnap view checks before it imports).
+std::string report_folder_refusal(const std::filesystem::path& dir, bool overwrite);
+
 // The page name of a rank's window from the config's `filename` template.
 std::string page_name(const std::string& filename_template, const std::string& run_name, const RankInfo& rank,
                       int world_size, std::int64_t batch);
