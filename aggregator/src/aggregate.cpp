@@ -37,7 +37,7 @@
 #include "memsnap/mpi.hpp"
 #include "memsnap/spill.hpp"
 #include "output_guard.hpp"
-#include "progress.hpp"
+#include "memsnap/progress.hpp"
 
 namespace memsnap {
 

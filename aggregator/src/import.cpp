@@ -32,7 +32,7 @@
 #include "memsnap/mpi.hpp"
 #include "memsnap/spill.hpp"
 #include "output_guard.hpp"
-#include "progress.hpp"
+#include "memsnap/progress.hpp"
 #include "torch/snapshot.hpp"
 
 namespace memsnap {

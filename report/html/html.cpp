@@ -8,8 +8,8 @@
 //   * addresses become hex strings for the same reason;
 //   * segments and their blocks become columnar arrays, block addresses offsets in their segment.
 // The cross page's data is embedded as given (its sparklines are compact text already: "spark":
-// {"max": bytes, "levels": two base64url characters a level}, see WindowDigest::spark), and so is
-// everything else; the scripts treat every field as optional.
+// {"max": bytes, "levels": two base64url characters a level}, see PageDigest::spark in
+// memsnap/report.hpp), and so is everything else; the scripts treat every field as optional.
 #include "html/html.hpp"
 
 #include <cstdint>

@@ -20,12 +20,12 @@
 #include <optional>
 #include <set>
 
-#include "../../aggregator/src/progress.hpp"
 #include "html/html.hpp"
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/names.hpp"
+#include "memsnap/progress.hpp"
 #include "memsnap/report.hpp"
 #include "memsnap/upload.hpp"
 #include "memsnap/version.hpp"
