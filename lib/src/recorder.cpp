@@ -591,8 +591,8 @@ RecorderStats Recorder::stats() const noexcept {
     out.written = s.events_written;
     out.dropped = s.dropped_total + (s.history ? s.history->dropped() : 0) * (s.window_open ? 1 : 0);
     out.windows = s.windows_written;
-    out.live_allocations = s.live.allocs.size();
-    out.live_bytes = s.live.bytes;
+    out.live_allocations = s.live.tables.allocations().size();
+    out.live_bytes = s.live.tables.allocated();
     out.spill_path = s.io.spill.path().string();
   } catch (...) {
   }

@@ -16,41 +16,18 @@ namespace memsnap {
 using namespace detail;
 
 void detail::LiveState::apply(Event& e) {
-  const std::uint64_t key = live_key(e.device, e.addr);
-  // An alloc or a segment on a live key replaces what was there (memsnap/window_replay.hpp).
-  auto put = [](LiveTable& table, std::uint64_t k, const LiveAlloc& a) {
-    auto [slot, inserted] = table.try_emplace(k, a);
-    const std::uint64_t replaced = inserted ? 0 : slot->size;
-    *slot = a;
-    return replaced;
-  };
-  LiveAlloc gone;
-  switch (e.action) {
-    case Action::alloc:
-      bytes -= put(allocs, key, LiveAlloc{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 0, 0});
-      bytes += e.size;
-      break;
-    case Action::free_completed:
-      if (allocs.erase(key, &gone)) {
-        if (e.size == 0) e.size = gone.size;
-        bytes -= gone.size;
-      }
-      break;
-    case Action::free_requested:
-      if (e.size == 0) {
-        if (const LiveAlloc* a = allocs.find(key)) e.size = a->size;
-      }
-      break;
-    case Action::segment_alloc:
-    case Action::segment_map:
-      put(segments, key, LiveAlloc{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, 1, 0});
-      break;
-    case Action::segment_free:
-    case Action::segment_unmap:
-      if (segments.erase(key, &gone) && e.size == 0) e.size = gone.size;
-      break;
-    default:
-      break;
+  // free_requested never ends an allocation here: this recorder's sources report completion.
+  const auto step = tables.apply(e, Action::free_completed, [&] {
+    const bool segment = e.action != Action::alloc;
+    return LiveAlloc{e.addr, e.size, e.stream, e.time_ns, e.stack_id, e.device, static_cast<std::uint8_t>(segment), 0};
+  });
+  // A source that frees by address only (CUPTI: cudaFree(ptr)) records size 0; the size is the
+  // allocation's or the segment's, found by the same lookup.
+  if (e.size != 0) return;
+  if (step.kind == LiveStep<LiveAlloc>::free || step.kind == LiveStep<LiveAlloc>::segment_free) {
+    if (step.ended) e.size = step.old.size;
+  } else if (e.action == Action::free_requested) {
+    if (const LiveAlloc* a = tables.allocations().find(live_key(e.device, e.addr))) e.size = a->size;
   }
 }
 
@@ -196,11 +173,11 @@ std::vector<LiveAlloc> listed(const LiveTable& segs, const LiveTable& allocs) {
 
 }  // namespace
 
-std::vector<LiveAlloc> detail::LiveState::snapshot() const { return listed(segments, allocs); }
+std::vector<LiveAlloc> detail::LiveState::snapshot() const { return listed(tables.segments(), tables.allocations()); }
 
 std::vector<LiveAlloc> detail::LiveState::before(const EventRing& history) const {
-  LiveTable allocs_then = allocs;
-  LiveTable segs = segments;
+  LiveTable allocs_then = tables.allocations();
+  LiveTable segs = tables.segments();
   std::vector<Event> events;
   history.for_each([&](const Event& e) { events.push_back(e); });
   auto put_back = [](LiveTable& table, std::uint64_t key, const LiveAlloc& a) { *table.try_emplace(key, a).first = a; };
@@ -223,9 +200,9 @@ std::vector<LiveAlloc> detail::LiveState::before(const EventRing& history) const
 std::vector<Segment> detail::LiveState::segment_state() const {
   std::vector<Segment> out;
   std::vector<LiveAlloc> sorted;
-  allocs.for_each([&](std::uint64_t, const LiveAlloc& a) { sorted.push_back(a); });
+  tables.allocations().for_each([&](std::uint64_t, const LiveAlloc& a) { sorted.push_back(a); });
   std::sort(sorted.begin(), sorted.end(), [](const LiveAlloc& a, const LiveAlloc& b) { return a.addr < b.addr; });
-  segments.for_each([&](std::uint64_t, const LiveAlloc& s) {
+  tables.segments().for_each([&](std::uint64_t, const LiveAlloc& s) {
     Segment seg;
     seg.addr = s.addr;
     seg.size = s.size;

@@ -16,6 +16,7 @@
 #include <pthread.h>
 
 #include "memsnap/detail/flat_map.hpp"
+#include "memsnap/live_tables.hpp"
 #include "memsnap/record.hpp"
 #include "memsnap/recorder.hpp"
 #include "memsnap/spill.hpp"
@@ -143,12 +144,11 @@ struct SpillIo {
   }
 };
 
-// What is live now: allocations and reserved segments, by live_key. Under the recorder's lock.
+// What is live now: allocations and reserved segments, by live_key (the rule of
+// memsnap/live_tables.hpp, shared with the replay of a window). Under the recorder's lock.
 using LiveTable = FlatMap<LiveAlloc>;
 struct LiveState {
-  LiveTable allocs{1024};
-  LiveTable segments{1024};
-  std::uint64_t bytes = 0;  // of allocs
+  LiveTables<LiveAlloc> tables{1024};
 
   // Live tracking for one event. A source that frees by address only (CUPTI: cudaFree(ptr))
   // records size 0; the size is the allocation's, found by the same lookup.
