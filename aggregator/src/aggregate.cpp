@@ -1,6 +1,6 @@
 // Aggregation over MPI: share the spills out, analyse and write each rank's file in parallel,
 // gather the metadata to rank 0, which decides, writes the root file and renames the store into
-// place. One input's analysis and rank 0's decision are in aggregate_item.cpp; `memsnap info` in
+// place. One input's analysis and rank 0's decision are in rank_input.cpp; `memsnap info` in
 // info.cpp.
 //
 // Every rank goes through the same collectives in the same order whatever fails locally:
@@ -30,7 +30,7 @@
 #include <sstream>
 #include <thread>
 
-#include "aggregate_item.hpp"
+#include "rank_input.hpp"
 #include "hdf5_util.hpp"
 #include "memsnap/codec.hpp"
 #include "memsnap/findings.hpp"

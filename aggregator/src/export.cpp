@@ -6,7 +6,7 @@
 
 #include "memsnap/aggregate.hpp"
 #include "memsnap/analysis.hpp"
-#include "memsnap/interop.hpp"
+#include "memsnap/import_export.hpp"
 #include "memsnap/store.hpp"
 #include "memsnap/version.hpp"
 #include "memsnap/window_replay.hpp"

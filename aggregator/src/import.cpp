@@ -28,7 +28,7 @@
 
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
-#include "memsnap/interop.hpp"
+#include "memsnap/import_export.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/spill.hpp"
 #include "output_guard.hpp"

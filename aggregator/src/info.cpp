@@ -5,7 +5,7 @@
 #include <iostream>
 #include <map>
 
-#include "aggregate_item.hpp"
+#include "rank_input.hpp"
 #include "memsnap/aggregate.hpp"
 #include "memsnap/findings.hpp"
 #include "memsnap/numeric.hpp"

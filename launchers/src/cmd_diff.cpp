@@ -13,7 +13,7 @@
 #include "commands.hpp"
 #include "memsnap/diff.hpp"
 #include "memsnap/diff_pages.hpp"
-#include "memsnap/interop.hpp"
+#include "memsnap/import_export.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/store.hpp"
 

@@ -8,7 +8,7 @@
 
 #include "cli_checks.hpp"
 #include "commands.hpp"
-#include "memsnap/interop.hpp"
+#include "memsnap/import_export.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/report.hpp"
 #include "memsnap/store.hpp"

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memsnap/analysis.hpp"
-#include "memsnap/interop.hpp"
+#include "memsnap/import_export.hpp"
 #include "memsnap/report.hpp"
 #include "memsnap/store.hpp"
 #include "memsnap/window_replay.hpp"

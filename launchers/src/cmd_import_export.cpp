@@ -1,6 +1,6 @@
 #include "cli_checks.hpp"
 #include "commands.hpp"
-#include "memsnap/interop.hpp"
+#include "memsnap/import_export.hpp"
 
 namespace memsnap::cli {
 

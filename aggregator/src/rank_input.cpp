@@ -1,5 +1,5 @@
 // One aggregation input through analysis and its rank file; rank 0's decision from the results.
-#include "aggregate_item.hpp"
+#include "rank_input.hpp"
 
 #include <algorithm>
 #include <cctype>
