@@ -238,7 +238,9 @@ TEST(TorchLoopHeldOut, AMixtureOfExpertsLeakAndSpikeAndNoFalseLeak) {
     EXPECT_TRUE(found.count({"spike", 0})) << summary["findings"].dump(1);
     for (int r : {0, 1, 3}) EXPECT_FALSE(found.count({"leak", r})) << r << ": " << summary["findings"].dump(1);
     for (const auto& f : summary["findings"]) {
-      if (f["kind"] == "spike") EXPECT_EQ(f["batch"], 2) << f.dump();
+      if (f["kind"] == "spike") {
+        EXPECT_EQ(f["batch"], 2) << f.dump();
+      }
     }
   }
 }
