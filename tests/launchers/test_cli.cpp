@@ -609,6 +609,24 @@ TEST(Cli, AFailedImportLeavesTheEarlierStoreAndNothingElse) {
   EXPECT_NE(r.out.find("s.h5: rank 0 has no window ending at batch 6"), std::string::npos) << r.out;
   EXPECT_EQ(test::read_file(out), before);
   EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>());
+  // An export that fails while it streams (the disk fills: here a file size limit of 1 KiB, with
+  // SIGXFSZ ignored so that the write itself fails) leaves the earlier export, or nothing.
+  ASSERT_GT(before.size(), 2048u) << "the window must be larger than the limit";
+  for (const std::string& format : {"torch", "chrome"}) {
+    SCOPED_TRACE(format);
+    const std::string limited = "trap '' XFSZ; ulimit -f 1; ";
+    r = sh(limited + kMemsnap + " export " + store + " --rank 0 --batch 5 --format " + format + " -o " + out +
+           " --overwrite");
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("the earlier file is unchanged"), std::string::npos) << r.out;
+    EXPECT_EQ(test::read_file(out), before);
+    const std::string fresh = (dir / ("fresh-" + format + ".out")).string();
+    r = sh(limited + kMemsnap + " export " + store + " --rank 0 --batch 5 --format " + format + " -o " + fresh);
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("nothing was written"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(fresh));
+    EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>());
+  }
 }
 
 // Issue #27 item 7: every error names its file and says in words what is wrong; each command ends
