@@ -63,4 +63,31 @@ inline std::string read_file(const std::filesystem::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// A string as one word of /bin/sh: single-quoted.
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// What a shell command did, its stdout and stderr apart: the exit code (128 when killed).
+struct SplitResult {
+  int rc = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `cmd` under /bin/sh with stdout and stderr each caught in a file of a TempDir.
+inline SplitResult run_shell_split(const std::string& cmd) {
+  TempDir t;
+  const std::string full =
+      "(" + cmd + ") >" + shell_quote((t / "out").string()) + " 2>" + shell_quote((t / "err").string());
+  const int status = std::system(full.c_str());
+  SplitResult r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  r.out = read_file(t / "out");
+  r.err = read_file(t / "err");
+  return r;
+}
+
 }  // namespace memsnap::test

@@ -107,7 +107,25 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, WindowReplay& re
   const std::size_t nb = s.batches.size();
   if (nb == 0) return;
   using Tally = std::unordered_map<std::string, double>;
-  std::vector<Tally> at_start(nb), at_peak(nb);
+  // Sites are numbered as first met, so that a tally point costs no string hashing: the replay
+  // passes a batch's low point and its peak for each of thousands of batches, with every live
+  // allocation counted at each.
+  std::vector<const std::pair<std::string, Category>*> sites;
+  std::unordered_map<const void*, std::uint32_t> site_by_entry;  // site_of's pair -> site number
+  std::unordered_map<std::string_view, std::uint32_t> site_by_name;
+  auto site_index = [&](const std::pair<std::string, Category>& entry) {
+    auto [it, fresh] = site_by_entry.try_emplace(&entry, 0);
+    if (fresh) {
+      auto [named, new_name] = site_by_name.try_emplace(entry.first, static_cast<std::uint32_t>(sites.size()));
+      if (new_name) sites.push_back(&entry);
+      it->second = named->second;
+    }
+    return it->second;
+  };
+  // Per point, the bytes of each site some live allocation was counted for (also 0 bytes), by
+  // site number; in each site the same additions in the same order as a tally by name.
+  using SiteBytes = std::vector<std::pair<std::uint32_t, double>>;
+  std::vector<SiteBytes> at_start(nb), at_peak(nb);
   // (event index after which to tally, slot): slot < nb a start, else a peak.
   std::vector<std::pair<std::ptrdiff_t, std::size_t>> points;
   for (std::size_t b = 0; b < nb; ++b) {
@@ -115,24 +133,42 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, WindowReplay& re
     points.emplace_back(peak_index[b], nb + b);
   }
   std::sort(points.begin(), points.end());
-  std::unordered_map<std::string, Category> category_of;
-  auto tally = [&](Tally& t) {
+  std::vector<double> scratch;
+  std::vector<char> counted;
+  std::vector<std::uint32_t> touched;
+  auto tally = [&](SiteBytes& t) {
     replay.live().for_each([&](std::uint64_t, const LiveBlock& l) {
-      const auto& [name, category] = site_of(l.stack_id, replay.made_in_window(l));
-      t[name] += static_cast<double>(l.size);
-      category_of.emplace(name, category);
+      const std::uint32_t i = site_index(site_of(l.stack_id, replay.made_in_window(l)));
+      if (i >= scratch.size()) {
+        scratch.resize(i + 1, 0.0);
+        counted.resize(i + 1, 0);
+      }
+      if (!counted[i]) {
+        counted[i] = 1;
+        touched.push_back(i);
+      }
+      scratch[i] += static_cast<double>(l.size);
     });
+    std::sort(touched.begin(), touched.end());
+    t.reserve(touched.size());
+    for (std::uint32_t i : touched) {
+      t.emplace_back(i, scratch[i]);
+      scratch[i] = 0.0;
+      counted[i] = 0;
+    }
+    touched.clear();
   };
+  auto point_tally = [&](std::size_t slot) -> SiteBytes& { return slot < nb ? at_start[slot] : at_peak[slot - nb]; };
   replay.restart();
   std::size_t p = 0;
   while (p < points.size() && points[p].first < 0) {
-    tally(points[p].second < nb ? at_start[points[p].second] : at_peak[points[p].second - nb]);
+    tally(point_tally(points[p].second));
     ++p;
   }
   for (std::size_t i = 0; i < w.events.size() && p < points.size(); ++i) {
     replay.step();
     while (p < points.size() && points[p].first == static_cast<std::ptrdiff_t>(i)) {
-      tally(points[p].second < nb ? at_start[points[p].second] : at_peak[points[p].second - nb]);
+      tally(point_tally(points[p].second));
       ++p;
     }
   }
@@ -142,8 +178,8 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, WindowReplay& re
   for (std::size_t b = 1; b < nb; ++b) {
     if (s.batches[b].min_allocated < s.batches[low].min_allocated) low = b;
   }
-  for (const auto& [name, bytes] : at_start[low]) {
-    if (bytes > 0) s.sites_at_low.push_back(HeldSite{name, category_of[name], bytes_of(bytes)});
+  for (const auto& [site, bytes] : at_start[low]) {
+    if (bytes > 0) s.sites_at_low.push_back(HeldSite{sites[site]->first, sites[site]->second, bytes_of(bytes)});
   }
   std::sort(s.sites_at_low.begin(), s.sites_at_low.end(), [](const HeldSite& a, const HeldSite& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
@@ -152,6 +188,27 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, WindowReplay& re
 
   // Spikes: a site's bytes at this batch's peak against the median of its other batches' peaks.
   if (nb >= 2) {
+    // Per site, its peak bytes in every batch (0 where it held nothing) sorted once: the median
+    // of the others is that list less one copy of this batch's own value.
+    std::vector<std::vector<std::pair<std::size_t, double>>> peaks_of(sites.size());  // (batch, bytes)
+    for (std::size_t b = 0; b < nb; ++b) {
+      for (const auto& [site, bytes] : at_peak[b]) peaks_of[site].emplace_back(b, bytes);
+    }
+    std::vector<std::vector<std::pair<std::uint32_t, double>>> excess_in(nb);  // (site, excess)
+    std::vector<double> sorted;
+    for (std::uint32_t site = 0; site < peaks_of.size(); ++site) {
+      if (peaks_of[site].empty()) continue;
+      sorted.assign(nb, 0.0);
+      for (const auto& [b, bytes] : peaks_of[site]) sorted[b] = bytes;
+      std::sort(sorted.begin(), sorted.end());
+      const std::size_t m = nb - 1;  // the others
+      for (const auto& [b, bytes] : peaks_of[site]) {
+        const std::size_t gone = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), bytes) - sorted.begin());
+        auto other = [&](std::size_t k) { return sorted[k < gone ? k : k + 1]; };
+        const double median_others = m % 2 ? other(m / 2) : (other(m / 2 - 1) + other(m / 2)) / 2;
+        excess_in[b].emplace_back(site, bytes - median_others);
+      }
+    }
     for (std::size_t b = 0; b < nb; ++b) {
       std::string best;
       double best_excess = 0;
@@ -159,15 +216,9 @@ void batch_sites(const RankRecord& rank, const WindowRecord& w, WindowReplay& re
       // name no line of code: a site with frames that holds a good part of the excess says more.
       std::string named;
       double named_excess = 0;
-      for (const auto& [name, bytes] : at_peak[b]) {
-        std::vector<double> others;
-        for (std::size_t o = 0; o < nb; ++o) {
-          if (o == b) continue;
-          auto it = at_peak[o].find(name);
-          others.push_back(it == at_peak[o].end() ? 0 : it->second);
-        }
-        const double excess = bytes - median(others);
-        // Ties go to the smaller name: the tallies' order is the hash table's, not the input's.
+      for (const auto& [site, excess] : excess_in[b]) {
+        const std::string& name = sites[site]->first;
+        // Ties go to the smaller name, whatever order the sites were met in.
         if (excess > best_excess || (excess > 0 && excess == best_excess && name < best)) {
           best_excess = excess;
           best = name;

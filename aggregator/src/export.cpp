@@ -1,4 +1,5 @@
 // `memsnap export`: one stored window as a torch snapshot pickle or a Chrome trace (Perfetto).
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -12,6 +13,7 @@
 #include "memsnap/window_replay.hpp"
 #include "output_guard.hpp"
 #include "torch/snapshot.hpp"
+#include "torch/snapshot_export.hpp"
 
 namespace memsnap {
 namespace {
@@ -73,41 +75,57 @@ int export_main(const ExportCliOptions& o) {
       return 1;
     }
     StoreReader store(o.store);
-    RankRecord rec = store.read_rank(o.rank);
-    std::size_t index = rec.windows.size();
-    for (std::size_t i = 0; i < rec.windows.size(); ++i) {
-      if (rec.windows[i].batch_end == o.batch) index = i;
-    }
-    if (index == rec.windows.size()) {
-      std::string have;
-      for (const auto& w : rec.windows) have += (have.empty() ? "" : ", ") + std::to_string(w.batch_end);
+    const std::vector<std::int64_t> have = store.batches(o.rank);
+    if (std::find(have.begin(), have.end(), o.batch) == have.end()) {
+      std::string names;
+      for (const auto b : have) names += (names.empty() ? "" : ", ") + std::to_string(b);
       std::cerr << "memsnap export: " << o.store.string() << ": rank " << o.rank << " has no window ending at batch " << o.batch
-                << (have.empty() ? " (it recorded none)" : " (it has: " + have + ")") << "\n";
+                << (names.empty() ? " (it recorded none)" : " (it has: " + names + ")") << "\n";
       return 1;
     }
-    std::string bytes;
+    // The window's events are read from the store in pieces as they are written, never whole.
+    const RankRecord rec = store.read_rank_without_windows(o.rank);
+    WindowRecord w = store.read_window_without_events(o.rank, o.batch);
+    std::uint64_t size = 0;
     if (o.format == "torch") {
       // An imported torch snapshot's extras make the export give back what torch wrote.
       json extras;
-      if (const std::string& text = rec.windows[index].source_extras; !text.empty()) {
-        extras = json::parse(text, nullptr, false);
+      if (!w.source_extras.empty()) {
+        extras = json::parse(w.source_extras, nullptr, false);
         if (extras.is_discarded()) {
           std::cerr << "memsnap export: warning: rank " << o.rank << " batch " << o.batch
                     << ": the stored source extras are not valid JSON; exporting without them\n";
           extras = json();
         }
+        std::string().swap(w.source_extras);
       }
-      bytes = torch::export_snapshot(rec, index, extras);
+      ExportFile out(o.output, o.overwrite);
+      struct OutputFailed {};  // out says why
+      try {
+        torch::write_snapshot(
+            rec, w, [&](const auto& piece) { store.read_events(o.rank, o.batch, piece); }, extras,
+            [&out](std::string_view bytes) {
+              if (!out.write(bytes)) throw OutputFailed();
+            });
+        out.write(kExportTorchTrailer);  // after STOP: marks the file as memsnap's
+      } catch (const OutputFailed&) {
+      }
+      if (const std::string error = out.commit(); !error.empty()) {
+        std::cerr << "memsnap export: " << error << "\n";
+        return 1;
+      }
+      size = out.size();
     } else {
-      bytes = chrome_trace(rec, rec.windows[index]);
-    }
-    if (o.format == "torch") bytes += kExportTorchTrailer;  // after STOP: marks the file as memsnap's
-    if (const std::string error = write_export_file(o.output, bytes, o.overwrite); !error.empty()) {
-      std::cerr << "memsnap export: " << error << "\n";
-      return 1;
+      w = store.read_window(o.rank, o.batch);
+      const std::string bytes = chrome_trace(rec, w);
+      if (const std::string error = write_export_file(o.output, bytes, o.overwrite); !error.empty()) {
+        std::cerr << "memsnap export: " << error << "\n";
+        return 1;
+      }
+      size = bytes.size();
     }
     std::cout << "memsnap export: rank " << o.rank << " batch " << o.batch << " -> " << o.output.string() << " ("
-              << o.format << ", " << human_bytes(bytes.size()) << ")\n";
+              << o.format << ", " << human_bytes(size) << ")\n";
     if (o.format == "torch") {
       std::cout << "  next: python -m torch.cuda._memory_viz trace_plot " << o.output.string()
                 << " -o trace.html, or drop it on https://pytorch.org/memory_viz\n";

@@ -188,11 +188,14 @@ PickleOutcome read_pickle(const PickleTask& t) {
   return out;
 }
 
-/// Memory a pickle takes while it is read and until it is merged, per byte of file: the reader's
-/// values, the record and the extras' JSON. Measured with the reader that builds the whole tree
-/// (tests/bench/bench_import.sh): peak RSS 6.7 GB for a 275 MB pickle of 1M entries with a frames
-/// list and frame dicts each, 20x for shared frames.
-constexpr std::uint64_t kMemoryPerPickleByte = 26;
+/// Memory a pickle takes while it is read and until it is merged, per byte of file: the streaming
+/// reader's values in flight, the record's events (40 bytes each) and the extras' JSON. Measured
+/// (peak RSS of torch::import_snapshot_file over the file's size, 1M entries of 16 frames from
+/// tests/bench/gen_torch_snapshot): 0.34 with separate frames (275 MB), 0.71 with torch's frames
+/// (113 MB), 0.88 with shared frames (80 MB), 0.90 and 1.25 for those two over 4 devices (the
+/// merge by time copies the events once more); about 2.4x margin over the largest. A pickle whose
+/// layout streaming cannot follow (not torch's) is read whole, at about 20 bytes a byte.
+constexpr std::uint64_t kMemoryPerPickleByte = 3;
 
 /// What threads may hold at once: three quarters of /proc/meminfo's MemAvailable (a 1 GiB
 /// stand-in where it cannot be read).

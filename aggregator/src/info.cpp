@@ -4,12 +4,15 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <string_view>
+#include <type_traits>
 
 #include "rank_input.hpp"
 #include "memsnap/aggregate.hpp"
 #include "memsnap/findings.hpp"
 #include "memsnap/numeric.hpp"
 #include "memsnap/spill.hpp"
+#include "memsnap/store_rows.hpp"
 #include "memsnap/version.hpp"
 
 namespace memsnap {
@@ -17,6 +20,61 @@ namespace memsnap {
 namespace fs = std::filesystem;
 
 namespace {
+
+// What info shows of a rank (its /ranks row) and of a window (its /summary row): every column of
+// the store's table (memsnap/store_rows.hpp) under the column's name, but those named here, so a
+// column added to a table shows in info and in summary.json without an edit here.
+struct InfoKey {
+  std::string_view column;
+  std::string_view key;        // "": left out
+  bool only_when_set = false;  // text: left out when empty
+};
+
+// A rank: rank, status, host, and status_detail where it has one.
+constexpr InfoKey kRankKeys[] = {{"status_detail", "status_detail", true},
+                                 {"device", ""},
+                                 {"pid", ""},
+                                 {"local_rank", ""},
+                                 {"node_rank", ""},
+                                 {"local_world_size", ""},
+                                 {"source", ""},
+                                 {"n_windows", ""},
+                                 {"data_file", ""},
+                                 {"spill", ""}};
+
+// A window: named by its last batch, with its event count as "events"; not its times, reserved
+// levels and categories (the report shows those).
+constexpr InfoKey kWindowKeys[] = {{"batch_end", "batch"},
+                                   {"n_events", "events"},
+                                   {"rank", ""},
+                                   {"window", ""},
+                                   {"host", ""},
+                                   {"device", ""},
+                                   {"peak_allocated_time_ns", ""},
+                                   {"peak_reserved_time_ns", ""},
+                                   {"reserved_at_open", ""},
+                                   {"reserved_at_close", ""},
+                                   {"persistent", ""},
+                                   {"fragmentation_at_peak", ""},
+                                   {"oom_requested", ""},
+                                   {"category_bytes", ""}};
+
+/// A row of a store table as info shows it: its field table's columns, as `keys` says.
+template <class Row, std::size_t N>
+nlohmann::json row_json(const Row& row, const InfoKey (&keys)[N]) {
+  nlohmann::json j = nlohmann::json::object();
+  for_each_field<Row>([&](const auto& f) {
+    const InfoKey* k = std::find_if(keys, keys + N, [&](const InfoKey& x) { return x.column == f.name; });
+    const std::string_view key = k == keys + N ? std::string_view(f.name) : k->key;
+    if (!f.stored || key.empty()) return;
+    const auto& v = row.*f.member;
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) {
+      if (k != keys + N && k->only_when_set && v.empty()) return;
+    }
+    j[std::string(key)] = v;
+  });
+  return j;
+}
 
 nlohmann::json info_json(const std::string& run_name, int world_size, const std::vector<RankInfo>& ranks,
                          std::vector<SummaryRow> rows) {
@@ -32,11 +90,7 @@ nlohmann::json info_json(const std::string& run_name, int world_size, const std:
   std::vector<RankInfo> sorted = ranks;
   std::sort(sorted.begin(), sorted.end(), [](const RankInfo& a, const RankInfo& b) { return a.rank < b.rank; });
   for (const auto& r : sorted) {
-    nlohmann::json jr;
-    jr["rank"] = r.rank;
-    jr["status"] = r.status;
-    jr["host"] = r.host;
-    if (!r.status_detail.empty()) jr["status_detail"] = r.status_detail;
+    nlohmann::json jr = row_json(r, kRankKeys);
     jr["windows"] = nlohmann::json::array();
     slot[r.rank] = out_ranks.size();
     out_ranks.push_back(std::move(jr));
@@ -44,21 +98,7 @@ nlohmann::json info_json(const std::string& run_name, int world_size, const std:
   for (const auto& row : rows) {
     if (row.window < 0) continue;
     auto it = slot.find(row.rank);
-    if (it == slot.end()) continue;
-    nlohmann::json w;
-    w["batch"] = row.batch_end;
-    w["batch_start"] = row.batch_start;
-    w["events"] = row.n_events;
-    w["dropped"] = row.dropped;
-    w["peak_allocated"] = row.peak_allocated;
-    w["peak_reserved"] = row.peak_reserved;
-    w["live_at_open"] = row.live_at_open;
-    w["live_at_close"] = row.live_at_close;
-    w["oom"] = row.oom;
-    w["status"] = row.status;
-    w["batch_method"] = row.batch_method;
-    w["batch_confidence"] = row.batch_confidence;
-    out_ranks[it->second]["windows"].push_back(std::move(w));
+    if (it != slot.end()) out_ranks[it->second]["windows"].push_back(row_json(row, kWindowKeys));
   }
   j["ranks"] = std::move(out_ranks);
   return j;

@@ -136,38 +136,62 @@ std::string output_refusal(const OutputState& state, bool overwrite, const std::
 }
 
 std::string write_export_file(const fs::path& file, std::string_view bytes, bool overwrite) {
-  const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  ExportFile out(file, overwrite);
+  out.write(bytes);
+  return out.commit();
+}
+
+ExportFile::ExportFile(fs::path file, bool overwrite) : m_file(std::move(file)), m_overwrite(overwrite) {
+  const fs::path dir = m_file.parent_path().empty() ? fs::path(".") : m_file.parent_path();
   std::random_device rd;
   std::ostringstream name;
-  name << "." << file.filename().string() << ".tmp-" << ::getpid() << "-" << std::hex << rd();
-  const fs::path tmp = dir / name.str();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    return file.string() + ": cannot write in " + dir.string() + ": " + std::strerror(errno);
+  name << "." << m_file.filename().string() << ".tmp-" << ::getpid() << "-" << std::hex << rd();
+  m_tmp = dir / name.str();
+  m_fd = ::open(m_tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (m_fd < 0) {
+    m_error = m_file.string() + ": cannot write in " + dir.string() + ": " + std::strerror(errno);
+    m_tmp.clear();  // not ours to remove
   }
-  std::string error;
-  for (std::size_t done = 0; done < bytes.size() && error.empty();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) error = std::strerror(n < 0 ? errno : EIO);
-    else done += static_cast<std::size_t>(n);
-  }
-  if (error.empty() && ::fsync(fd) != 0) error = std::strerror(errno);
-  if (::close(fd) != 0 && error.empty()) error = std::strerror(errno);
+}
+
+ExportFile::~ExportFile() {
+  if (m_fd >= 0) ::close(m_fd);
   std::error_code ec;
-  if (error.empty()) {
-    // Checked again: something may have appeared at `file` while this was written.
-    if (std::string refusal = output_refusal(inspect_export_output(file), overwrite, "it"); !refusal.empty()) {
-      fs::remove(tmp, ec);
-      return refusal;
+  if (!m_tmp.empty()) fs::remove(m_tmp, ec);
+}
+
+bool ExportFile::write(std::string_view bytes) {
+  for (std::size_t done = 0; done < bytes.size() && m_error.empty();) {
+    const ssize_t n = ::write(m_fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      m_error = failure(std::strerror(n < 0 ? errno : EIO));
+    } else {
+      done += static_cast<std::size_t>(n);
+      m_size += static_cast<std::uint64_t>(n);
     }
-    fs::rename(tmp, file, ec);
-    if (ec) error = ec.message();
   }
-  if (error.empty()) return "";
-  fs::remove(tmp, ec);
-  const bool before = fs::exists(fs::symlink_status(file, ec));
-  return file.string() + ": cannot write it: " + error + (before ? " (the earlier file is unchanged)" : " (nothing was written)");
+  return m_error.empty();
+}
+
+std::string ExportFile::failure(const std::string& error) {
+  std::error_code ec;
+  const bool before = fs::exists(fs::symlink_status(m_file, ec));
+  return m_file.string() + ": cannot write it: " + error + (before ? " (the earlier file is unchanged)" : " (nothing was written)");
+}
+
+std::string ExportFile::commit() {
+  if (m_error.empty() && ::fsync(m_fd) != 0) m_error = failure(std::strerror(errno));
+  if (m_fd >= 0 && ::close(m_fd) != 0 && m_error.empty()) m_error = failure(std::strerror(errno));
+  m_fd = -1;
+  if (!m_error.empty()) return m_error;
+  // Checked again: something may have appeared at `file` while this was written.
+  if (std::string refusal = output_refusal(inspect_export_output(m_file), m_overwrite, "it"); !refusal.empty()) return refusal;
+  std::error_code ec;
+  fs::rename(m_tmp, m_file, ec);
+  if (ec) return m_error = failure(ec.message());
+  m_tmp.clear();  // it is `file` now
+  return "";
 }
 
 }  // namespace memsnap

@@ -3,6 +3,7 @@
 // own), and never a user's folder or file, --overwrite or not.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -44,5 +45,30 @@ inline constexpr std::string_view kExportChromePrefix = R"({"displayTimeUnit":"m
 /// and leaves what was at `file` as it was. Checks `file` again just before the rename. Returns ""
 /// or one line naming the file and what went wrong.
 std::string write_export_file(const std::filesystem::path& file, std::string_view bytes, bool overwrite);
+
+/// write_export_file for an export written as it is made: write() appends to the temporary file,
+/// commit() syncs it, checks `file` again and renames it into place. Destroyed without a commit
+/// (a failure, an exception), it removes the temporary file and `file` stays as it was.
+class ExportFile {
+ public:
+  ExportFile(std::filesystem::path file, bool overwrite);
+  ~ExportFile();
+  ExportFile(const ExportFile&) = delete;
+  ExportFile& operator=(const ExportFile&) = delete;
+
+  /// Appends `bytes`; false once something failed (then nothing more is written).
+  bool write(std::string_view bytes);
+  /// "" when `file` now holds what was written; else write_export_file's one line.
+  std::string commit();
+  std::uint64_t size() const { return m_size; }
+
+ private:
+  std::string failure(const std::string& error);
+  std::filesystem::path m_file, m_tmp;
+  bool m_overwrite;
+  int m_fd = -1;
+  std::string m_error;  // the first failure, in words
+  std::uint64_t m_size = 0;
+};
 
 }  // namespace memsnap

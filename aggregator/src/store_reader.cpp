@@ -77,7 +77,7 @@ RecordStatus status_from_name(const std::string& s) {
   return RecordStatus::corrupt;
 }
 
-WindowRecord read_window_group(hid_t g, const std::string& c) {
+WindowRecord read_window_group(hid_t g, const std::string& c, bool events = true) {
   WindowRecord w;
   w.batch_start = h5::read_attr<std::int64_t>(g, "batch_start", c);
   w.batch_end = h5::read_attr<std::int64_t>(g, "batch_end", c);
@@ -95,7 +95,7 @@ WindowRecord read_window_group(hid_t g, const std::string& c) {
     const auto extras = h5::read_vector<std::uint8_t>(g, "source_extras", H5T_NATIVE_UINT8, c);
     w.source_extras.assign(extras.begin(), extras.end());
   }
-  w.events = read_records<Event>(g, "events", c);
+  if (events) w.events = read_records<Event>(g, "events", c);
   w.live_at_start = read_records<LiveAlloc>(g, "live_at_start", c);
   w.batches = read_records<BatchMark>(g, "batches", c);
   const auto segs = read_records<layout::SegmentRow>(g, "segments", c);
@@ -129,6 +129,13 @@ struct StoreReader::Impl {
     if (!h5::exists(file, name)) throw StoreError(c + ": no rank " + std::to_string(rank) + " in this store");
     return h5::group_handle(H5Gopen2(file, name.c_str(), H5P_DEFAULT),
                             c + ": cannot open " + name + " (its data file " + data_file(rank) + ")");
+  }
+  Handle open_window(int rank, std::int64_t batch, std::string& c) const {
+    Handle g = open_rank(rank);
+    const std::string name = "batch/" + std::to_string(batch);
+    c = this->c + ": /rank/" + std::to_string(rank) + "/" + name;
+    if (!h5::exists(g, name)) throw StoreError(this->c + ": rank " + std::to_string(rank) + " has no window ending at batch " + std::to_string(batch));
+    return h5::group_handle(H5Gopen2(g, name.c_str(), H5P_DEFAULT), c + ": cannot open");
   }
   std::string data_file(int rank) const {
     H5L_info_t info;
@@ -270,15 +277,58 @@ std::vector<std::int64_t> StoreReader::batches(int rank) const {
 
 WindowRecord StoreReader::read_window(int rank, std::int64_t batch) const {
   h5::QuietErrors quiet;
-  Handle g = m_impl->open_rank(rank);
-  const std::string name = "batch/" + std::to_string(batch);
-  const std::string c = m_impl->c + ": /rank/" + std::to_string(rank) + "/" + name;
-  if (!h5::exists(g, name)) throw StoreError(m_impl->c + ": rank " + std::to_string(rank) + " has no window ending at batch " + std::to_string(batch));
-  Handle w = h5::group_handle(H5Gopen2(g, name.c_str(), H5P_DEFAULT), c + ": cannot open");
+  std::string c;
+  Handle w = m_impl->open_window(rank, batch, c);
   return read_window_group(w, c);
 }
 
+WindowRecord StoreReader::read_window_without_events(int rank, std::int64_t batch) const {
+  h5::QuietErrors quiet;
+  std::string c;
+  Handle w = m_impl->open_window(rank, batch, c);
+  return read_window_group(w, c, false);
+}
+
+void StoreReader::read_events(int rank, std::int64_t batch, const std::function<bool(std::span<const Event>)>& piece) const {
+  h5::QuietErrors quiet;
+  std::string c;
+  Handle w = m_impl->open_window(rank, batch, c);
+  const std::string what = c + ": cannot read events";
+  Handle ds = h5::dataset_handle(H5Dopen2(w, "events", H5P_DEFAULT), what);
+  const std::size_t n = h5::array_size(ds, what);
+  // As read_vector: a damaged file may declare any extent.
+  const double declared = static_cast<double>(n) * static_cast<double>(sizeof(Event));
+  const double stored = static_cast<double>(H5Dget_storage_size(ds));
+  if (declared > static_cast<double>(1ull << 30) && declared > 256.0 * stored) {
+    throw StoreError(what + ": it declares " + std::to_string(n) + " items but stores only " +
+                     std::to_string(static_cast<std::uint64_t>(stored)) + " bytes (damaged file?)");
+  }
+  // A piece per chunk, so that each chunk is inflated once.
+  hsize_t step = 65536;
+  Handle dcpl = h5::plist_handle(H5Dget_create_plist(ds), what);
+  if (hsize_t chunk = 0; H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 1, &chunk) == 1 && chunk > 0) step = chunk;
+  Handle type = layout::compound_type<Event>();
+  Handle file_space = h5::space_handle(H5Dget_space(ds), what);
+  std::vector<Event> buffer;
+  for (hsize_t start = 0; start < n; start += step) {
+    const hsize_t count = std::min<hsize_t>(step, n - start);
+    buffer.resize(count);
+    h5::check_status(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, &start, nullptr, &count, nullptr), what);
+    Handle mem_space = h5::space_handle(H5Screate_simple(1, &count, nullptr), what);
+    h5::check_status(H5Dread(ds, type, mem_space, file_space, H5P_DEFAULT, buffer.data()), what);
+    if (!piece(std::span<const Event>(buffer))) return;
+  }
+}
+
 RankRecord StoreReader::read_rank(int rank) const {
+  RankRecord r = read_rank_without_windows(rank);
+  h5::QuietErrors quiet;
+  if (!h5::exists(m_impl->open_rank(rank), "frames")) return r;  // a rank without data: status only
+  for (auto batch : batches(rank)) r.windows.push_back(read_window(rank, batch));
+  return r;
+}
+
+RankRecord StoreReader::read_rank_without_windows(int rank) const {
   h5::QuietErrors quiet;
   Handle g = m_impl->open_rank(rank);
   const std::string c = m_impl->c + ": /rank/" + std::to_string(rank);
@@ -312,7 +362,6 @@ RankRecord StoreReader::read_rank(int rank) const {
       r.stacks.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(offsets[i]), ids.begin() + static_cast<std::ptrdiff_t>(offsets[i + 1]));
     }
   }
-  for (auto batch : batches(rank)) r.windows.push_back(read_window(rank, batch));
   return r;
 }
 

@@ -1,5 +1,5 @@
 // The pickle reader's value model: construction, typed access, equality and hashing of the
-// values a pickle builds (the reader itself, a stack machine over opcodes, is in pickle.cpp).
+// values a pickle builds (the reader itself, a stack machine over opcodes, is in pickle_reader.cpp).
 #include <algorithm>
 #include <cstring>
 #include <functional>

@@ -92,7 +92,7 @@ struct ImportResult {
 /// live_at_start is reconstructed so that replaying the window's events from it gives the
 /// allocator state at dump: allocations (alloc ... free_completed, keyed by device and address)
 /// and reserved ranges (segment_alloc/map add, segment_free/unmap remove) that were live before
-/// the trace began. See the comment in snapshot_import.cpp for the edge cases.
+/// the trace began. See the comment in snapshot_window.cpp for the edge cases.
 ///
 /// Batches: torch records no batch markers. Annotations that name a step or batch
 /// ("ProfilerStep#5", "batch 3") are the trace's own marks (batch_method "recorded", numbered

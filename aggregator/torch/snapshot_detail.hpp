@@ -1,6 +1,6 @@
-// Inside the snapshot interop, shared by its three parts: snapshot_values.cpp (typed field
-// access, and pickle values <-> JSON for the extras), snapshot_import.cpp (a snapshot into a
-// RankRecord) and snapshot_export.cpp (a RankRecord's window back into a snapshot).
+// Inside the snapshot interop, shared by its parts: snapshot_values.cpp (typed field access, and
+// pickle values <-> JSON for the extras), snapshot_import.cpp (a snapshot into a RankRecord),
+// snapshot_export.cpp and snapshot_tree.cpp (a RankRecord's window back into a snapshot).
 #pragma once
 
 #include <cstddef>
@@ -106,5 +106,16 @@ class JsonBudget {
 };
 
 nlohmann::json to_json_at(const Value& v, int depth, JsonBudget& budget);
+// from_json of `j` found `depth` containers deep (the depth limit counts from the top).
+ValuePtr from_json_at(const nlohmann::json& j, int depth);
+
+// --- reading the extras back (export) --------------------------------------------------------
+
+// j[key] when j is an object that has it; nullptr otherwise.
+const nlohmann::json* json_find(const nlohmann::json& j, const char* key);
+// Whether `list` is an array holding the string s.
+bool json_has_string(const nlohmann::json* list, std::string_view s);
+// A str kept as to_json writes it (text, or hex for bytes that are not UTF-8); nullptr otherwise.
+ValuePtr text_value(const nlohmann::json* v);
 
 }  // namespace memsnap::torch::detail

@@ -1,5 +1,6 @@
 // The snapshot's values: pickle values <-> JSON, so that every value memsnap does not interpret
 // (the extras) travels through the store as text and comes back as it was.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -88,8 +89,6 @@ namespace {
 // (a marker string), so a hostile pickle cannot overflow the stack on its way through.
 constexpr int kMaxExtraDepth = 200;
 constexpr const char* kTooDeep = "<nested too deep for memsnap>";
-
-ValuePtr from_json_at(const nlohmann::json& j, int depth);
 }  // namespace
 
 nlohmann::json to_json(const Value& v) {
@@ -148,6 +147,24 @@ nlohmann::json detail::to_json_at(const Value& v, int depth, JsonBudget& budget)
   return nullptr;
 }
 
+const nlohmann::json* detail::json_find(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+bool detail::json_has_string(const nlohmann::json* list, std::string_view s) {
+  if (!list || !list->is_array()) return false;
+  return std::any_of(list->begin(), list->end(),
+                     [&](const nlohmann::json& k) { return k.is_string() && k.get_ref<const std::string&>() == s; });
+}
+
+ValuePtr detail::text_value(const nlohmann::json* v) {
+  if (!v || !(v->is_string() || v->is_object())) return nullptr;
+  ValuePtr t = from_json(*v);
+  return t->is_string() ? t : nullptr;
+}
+
 namespace {
 // The value a one-member tagged object stands for; nullptr when it is not one (an ordinary dict).
 ValuePtr from_tag(const nlohmann::json& j, int depth) {
@@ -182,8 +199,9 @@ ValuePtr from_tag(const nlohmann::json& j, int depth) {
   if (tag == kTagInt && !raw->empty()) return Value::integer_from_le_bytes(*raw);
   return nullptr;
 }
+}  // namespace
 
-ValuePtr from_json_at(const nlohmann::json& j, int depth) {
+ValuePtr detail::from_json_at(const nlohmann::json& j, int depth) {
   if (depth > kMaxExtraDepth) return Value::string(kTooDeep);
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
@@ -206,6 +224,5 @@ ValuePtr from_json_at(const nlohmann::json& j, int depth) {
     default: return Value::none();
   }
 }
-}  // namespace
 
 }  // namespace memsnap::torch

@@ -138,6 +138,19 @@ inline RankRecord make_record(const GenSpec& spec) {
   return r;
 }
 
+/// A rank of the benchmarks' synthetic run (tests/bench: bench_aggregate, bench_diff_gen, and so
+/// bench_scale.sh and bench_diff.sh): one window of `events` events, 1024 allocations in flight.
+inline RankRecord make_bench_record(int rank, int world_size, std::size_t events) {
+  GenSpec s;
+  s.rank = rank;
+  s.world_size = world_size;
+  s.run_name = "bench";
+  s.windows = 1;
+  s.events_per_window = events;
+  s.live_slots = 1024;
+  return make_record(s);
+}
+
 /// Writes `r` as the recorder does (events in chunks, batch marks between them). Windows with
 /// closed=false get no close record; `end` false leaves out the END record (a killed process).
 inline bool write_spill_file(const std::filesystem::path& path, const RankRecord& r, bool end) {

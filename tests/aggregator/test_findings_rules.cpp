@@ -4,39 +4,20 @@
 
 #include "../../aggregator/src/findings/rules.hpp"
 #include "memsnap/findings.hpp"
+#include "test_fixtures.hpp"
 
 namespace memsnap {
 namespace {
 
-constexpr std::uint64_t MiB = 1024 * 1024;
+using test::MiB;
 
-struct FakeRun {
-  StoreInfo info;
-  std::vector<SiteRow> sites;
+struct FakeRun : test::FakeRunIndex {
   std::vector<WindowDigest> digests;
 
-  explicit FakeRun(int ranks) {
-    info.run_name = "t";
-    info.world_size = ranks;
-    for (int r = 0; r < ranks; ++r) {
-      RankInfo ri;
-      ri.rank = r;
-      ri.n_windows = 1;
-      info.ranks.push_back(ri);
-    }
-  }
-  // One window (batches 2..4) per rank with the given boundary and peak bytes.
+  using FakeRunIndex::FakeRunIndex;
+  // One window (batches 2..4) per rank with the given boundary and peak bytes, and its digest.
   void window(int rank, std::uint64_t open, std::uint64_t close, std::uint64_t peak, std::vector<std::uint64_t> batch_peaks = {}) {
-    SummaryRow row;
-    row.rank = rank;
-    row.window = 0;
-    row.batch_start = 2;
-    row.batch_end = 4;
-    row.live_at_open = open;
-    row.live_at_close = close;
-    row.persistent = std::min(open, close);
-    row.peak_allocated = row.peak_reserved = peak;
-    info.rows.push_back(row);
+    FakeRunIndex::window(rank, open, close, peak);
     WindowDigest d;
     d.rank = rank;
     d.window = 0;
@@ -99,14 +80,20 @@ TEST(Findings, EachRuleNamesItsRank) {
       {"leak", 2}, {"oom", 5}, {"shard_imbalance", 1}, {"spike", 3}};
   EXPECT_EQ(kinds(f), expected) << f.dump(2);
   for (const auto& x : f) {
-    if (x["kind"] == "leak") EXPECT_EQ(x["bytes"], 30 * MiB);
-    if (x["kind"] == "shard_imbalance") EXPECT_EQ(x["bytes"], 200 * MiB);
+    if (x["kind"] == "leak") {
+      EXPECT_EQ(x["bytes"], 30 * MiB);
+    }
+    if (x["kind"] == "shard_imbalance") {
+      EXPECT_EQ(x["bytes"], 200 * MiB);
+    }
     if (x["kind"] == "spike") {
       EXPECT_EQ(x["batch"], 3);
       // Above batch 3's median over all six ranks: (500 + 590) / 2 = 545 MiB.
       EXPECT_EQ(x["bytes"], 355 * MiB);
     }
-    if (x["kind"] == "oom") EXPECT_EQ(x["bytes"], 4096 * MiB);
+    if (x["kind"] == "oom") {
+      EXPECT_EQ(x["bytes"], 4096 * MiB);
+    }
   }
 }
 

@@ -22,36 +22,20 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::GenSpec;
+using test::shell_quote;
 using test::TempDir;
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Result {
-  int rc = -1;
-  std::string out, err;
-};
-
-Result sh(const std::string& cmd) {
-  TempDir t;
-  const std::string full = "(" + cmd + ") >" + quote((t / "out").string()) + " 2>" + quote((t / "err").string());
-  const int status = std::system(full.c_str());
-  Result r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  r.out = test::read_file(t / "out");
-  r.err = test::read_file(t / "err");
-  return r;
+test::SplitResult sh(const std::string& cmd) {
+  return test::run_shell_split(cmd);
 }
 
 std::string cli() { return (fs::path(MEMSNAP_BIN_DIR) / "memsnap").string(); }
 
-Result aggregate(int np, const fs::path& run, const fs::path& store) {
+test::SplitResult aggregate(int np, const fs::path& run, const fs::path& store) {
   std::string cmd;
   if (np > 0) cmd = std::string("timeout 120 ") + MEMSNAP_MPIEXEC + " -n " + std::to_string(np) + " --oversubscribe ";
-  return sh(cmd + quote(cli()) + " aggregate --keep-going -o " + quote(store.string()) + " " + quote(run.string()));
+  return sh(cmd + shell_quote(cli()) + " aggregate --keep-going -o " + shell_quote(store.string()) + " " +
+            shell_quote(run.string()));
 }
 
 // World 6: ranks 0, 1, 3 and 5 fine, 2 missing, 4 killed inside its last window (truncated).
@@ -111,7 +95,7 @@ TEST(FindingsStore, AggregateKeepsTheFindingsAndTheirDigest) {
   for (int np : {0, 3}) {
     SCOPED_TRACE("np " + std::to_string(np));
     const fs::path store = t / ("store" + std::to_string(np) + ".h5");
-    const Result r = aggregate(np, t / "run", store);
+    const auto r = aggregate(np, t / "run", store);
     ASSERT_EQ(r.rc, 0) << r.err;
     const StoreReader reader(store);
     EXPECT_EQ(reader.info().format_version, 3);
@@ -165,7 +149,7 @@ TEST(FindingsStore, AnEarlierFormatsStoreComputesThemOnTheFly) {
   EXPECT_EQ(old.info().format_version, 2);
   EXPECT_FALSE(old.has_findings());
   EXPECT_EQ(read_findings(store), stored);
-  const Result i = sh(quote(cli()) + " info --json " + quote(store.string()));
+  const auto i = sh(shell_quote(cli()) + " info --json " + shell_quote(store.string()));
   ASSERT_EQ(i.rc, 0) << i.err;
   EXPECT_EQ(nlohmann::json::parse(i.out)["findings"], findings_json(stored));
 
@@ -187,7 +171,7 @@ TEST(FindingsStore, InfoListsTheFindings) {
   make_run(t / "run");
   const fs::path store = t / "run/memsnap.h5";
   ASSERT_EQ(aggregate(0, t / "run", store).rc, 0);
-  const Result j = sh(quote(cli()) + " info --json " + quote(store.string()));
+  const auto j = sh(shell_quote(cli()) + " info --json " + shell_quote(store.string()));
   ASSERT_EQ(j.rc, 0) << j.err;
   const auto info = nlohmann::json::parse(j.out);
   ASSERT_GE(info["findings"].size(), 2u) << j.out;
@@ -195,7 +179,10 @@ TEST(FindingsStore, InfoListsTheFindings) {
   EXPECT_EQ(info["findings"][0]["kind"], "missing");
   EXPECT_EQ(info["findings"][0]["rank"], 2);
   EXPECT_TRUE(info["findings"][0]["batch"].is_null());
-  const Result table = sh(quote(cli()) + " info " + quote(store.string()));
+  // A rank's status_detail shows where it has one.
+  EXPECT_FALSE(info["ranks"][4].value("status_detail", "").empty()) << j.out;
+  EXPECT_FALSE(info["ranks"][0].contains("status_detail")) << j.out;
+  const auto table = sh(shell_quote(cli()) + " info " + shell_quote(store.string()));
   ASSERT_EQ(table.rc, 0) << table.err;
   EXPECT_NE(table.out.find(std::to_string(info["findings"].size()) + " findings:\n  missing: rank 2 left no record (no spill file)\n  truncated: rank 4's record is truncated"),
             std::string::npos)
@@ -212,32 +199,31 @@ TEST(FindingsStore, ReportShowsTheStoresFindings) {
   {
     const StoreReader reader(store);
     const StoreInfo info = reader.info();
-    StoreIndex index;
-    index.run_name = info.run_name;
-    index.world_size = info.world_size;
-    index.config_json = info.config_json;
-    index.created = info.created;
-    index.tool_version = info.tool_version;
-    index.ranks = info.ranks;
-    index.rows = info.rows;
-    index.sites = reader.sites();
     StoreFindings kept{reader.findings(), reader.digest()};
-    Finding spike;
-    spike.kind = "spike";
-    spike.rank = 1;
-    spike.window = 0;
-    spike.has_batch = true;
-    spike.batch = 3;
-    spike.bytes = 77;
-    spike.site = "kept_in_the_store (x.py:1)";
-    spike.detail = "a finding only the store knows of";
-    spike.method = "recorded";
-    kept.findings.push_back(spike);
-    index.findings = &kept;
+    kept.findings.push_back(Finding{.kind = "spike",
+                                    .rank = 1,
+                                    .window = 0,
+                                    .has_batch = true,
+                                    .batch = 3,
+                                    .bytes = 77,
+                                    .site = "kept_in_the_store (x.py:1)",
+                                    .detail = "a finding only the store knows of",
+                                    .method = "recorded"});
+    // The store as it was, but for that finding.
+    const StoreIndex index{.run_name = info.run_name,
+                           .world_size = info.world_size,
+                           .config_json = info.config_json,
+                           .created = info.created,
+                           .tool_version = info.tool_version,
+                           .ranks = info.ranks,
+                           .rows = info.rows,
+                           .sites = reader.sites(),
+                           .findings = &kept};
     fs::remove(store);
     write_root_file(store, index);
   }
-  const Result r = sh(quote(cli()) + " report --no-upload -o " + quote((t / "report").string()) + " " + quote(store.string()));
+  const auto r = sh(shell_quote(cli()) + " report --no-upload -o " + shell_quote((t / "report").string()) + " " +
+                      shell_quote(store.string()));
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto summary = nlohmann::json::parse(test::read_file(t / "report/summary.json"));
   ASSERT_FALSE(summary["findings"].empty());
@@ -266,10 +252,10 @@ TEST(FindingsStore, ImportKeepsTheFindingsTheRankFilesGive) {
     TempDir t;
     std::string pickles;
     for (const auto& e : fs::directory_iterator(loop.path())) {
-      if (e.path().extension() == ".pickle") pickles += " " + quote(e.path().string());
+      if (e.path().extension() == ".pickle") pickles += " " + shell_quote(e.path().string());
     }
     const fs::path store = t / "s.h5";
-    const Result r = sh(quote(cli()) + " import" + pickles + " -o " + quote(store.string()));
+    const auto r = sh(shell_quote(cli()) + " import" + pickles + " -o " + shell_quote(store.string()));
     ASSERT_EQ(r.rc, 0) << r.err;
     const StoreReader reader(store);
     ASSERT_TRUE(reader.has_findings());
@@ -296,7 +282,7 @@ TEST(FindingsStore, H5pyReadsTheFindings) {
                    "f = h5py.File(sys.argv[1], 'r')\n"
                    "x = f['/findings'][:]\n"
                    "print([(k.decode(), int(r)) for k, r in zip(x['kind'], x['rank'])][:2], len(f['/digest/batches']) > 0)\n");
-  const Result p = sh("/usr/bin/python3 " + quote((t / "check.py").string()) + " " + quote(store.string()));
+  const auto p = sh("/usr/bin/python3 " + shell_quote((t / "check.py").string()) + " " + shell_quote(store.string()));
   ASSERT_EQ(p.rc, 0) << p.err;
   EXPECT_EQ(p.out, "[('missing', 2), ('truncated', 4)] True\n");
 }

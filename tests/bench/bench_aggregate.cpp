@@ -27,15 +27,8 @@ static int gen(const fs::path& dir, int ranks, std::size_t events) {
   const auto t0 = std::chrono::steady_clock::now();
   std::uintmax_t bytes = 0;
   for (int r = 0; r < ranks; ++r) {
-    memsnap::test::GenSpec s;
-    s.rank = r;
-    s.world_size = ranks;
-    s.run_name = "bench";
-    s.windows = 1;
-    s.events_per_window = events;
-    s.live_slots = 1024;
     const auto path = dir / "spill" / memsnap::spill_file_name(r, 1000 + r);
-    if (!memsnap::test::write_spill_file(path, memsnap::test::make_record(s), true)) {
+    if (!memsnap::test::write_spill_file(path, memsnap::test::make_bench_record(r, ranks, events), true)) {
       std::cerr << "cannot write " << path << "\n";
       return 1;
     }

@@ -33,14 +33,7 @@ int main(int argc, char** argv) {
   fs::create_directories(dir / "spill");
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < ranks; ++r) {
-    memsnap::test::GenSpec s;
-    s.rank = r;
-    s.world_size = ranks;
-    s.run_name = "bench";
-    s.windows = 1;
-    s.events_per_window = events;
-    s.live_slots = 1024;
-    memsnap::RankRecord rec = memsnap::test::make_record(s);
+    memsnap::RankRecord rec = memsnap::test::make_bench_record(r, ranks, events);
     if (planted.count(r)) {
       rec.frames.push_back({"cache_activations", "model.py", 77});
       rec.stacks.push_back({0, static_cast<std::uint32_t>(rec.frames.size() - 1), 1});

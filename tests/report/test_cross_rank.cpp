@@ -2,39 +2,16 @@
 // the findings come from the store (tests/aggregator/test_findings*.cpp).
 #include <gtest/gtest.h>
 
+#include "../test_fixtures.hpp"
 #include "memsnap/report.hpp"
 
 namespace memsnap {
 namespace {
 
-constexpr std::uint64_t MiB = 1024 * 1024;
+using test::MiB;
 
-struct FakeRun {
-  StoreInfo info;
-  std::vector<SiteRow> sites;
-
-  explicit FakeRun(int ranks) {
-    info.run_name = "t";
-    info.world_size = ranks;
-    for (int r = 0; r < ranks; ++r) {
-      RankInfo ri;
-      ri.rank = r;
-      ri.n_windows = 1;
-      info.ranks.push_back(ri);
-    }
-  }
-  void window(int rank, std::uint64_t open, std::uint64_t close, std::uint64_t peak) {
-    SummaryRow row;
-    row.rank = rank;
-    row.window = 0;
-    row.batch_start = 2;
-    row.batch_end = 4;
-    row.live_at_open = open;
-    row.live_at_close = close;
-    row.persistent = std::min(open, close);
-    row.peak_allocated = row.peak_reserved = peak;
-    info.rows.push_back(row);
-  }
+struct FakeRun : test::FakeRunIndex {
+  using FakeRunIndex::FakeRunIndex;
   CrossRankResult cross(const std::vector<Finding>& findings = {}) { return cross_rank_analysis(info, sites, findings, {}); }
 };
 
@@ -43,14 +20,13 @@ TEST(CrossRank, ThePageShowsTheStoresFindings) {
   FakeRun run(5);
   for (int r = 0; r < 4; ++r) run.window(r, MiB, MiB, 1000 * MiB);
   run.window(4, MiB, MiB, 1500 * MiB);
-  Finding f;
-  f.kind = "spike";
-  f.rank = 4;
-  f.window = 0;
-  f.has_batch = true;
-  f.batch = 3;
-  f.bytes = 500 * MiB;
-  f.detail = "as the store says";
+  const Finding f{.kind = "spike",
+                  .rank = 4,
+                  .window = 0,
+                  .has_batch = true,
+                  .batch = 3,
+                  .bytes = 500 * MiB,
+                  .detail = "as the store says"};
   const auto result = run.cross({f});
   EXPECT_DOUBLE_EQ(result.peak_max_over_median, 1.5);
   ASSERT_EQ(result.summary_json["findings"].size(), 1u);

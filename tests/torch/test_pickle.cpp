@@ -9,6 +9,7 @@
 #include "test_util.hpp"
 #include "torch/pickle.hpp"
 #include "torch/pickle_writer.hpp"
+#include "torch/snapshot.hpp"
 
 using namespace memsnap;
 using pickle::Kind;
@@ -533,4 +534,50 @@ TEST(PickleTest, MemoReleasesANodeAfterItsLastReference) {
   auto read = pickle::read_streaming(pickle::write(root), sink);
   ASSERT_TRUE(read.streamed);
   EXPECT_EQ(sink.alive_at, (std::vector<bool>{true, true, false, false}));
+}
+
+// A streamed import finds a frames list two entries share by its node, and forgets it once it is
+// freed: thousands of such lists, each freed after its second entry (so the allocator hands their
+// memory to the next ones), each with frames of its own. Every event gets the stack the whole
+// tree's import gives it.
+TEST(PickleTest, StreamedImportKnowsSharedNodesOnlyWhileTheyLive) {
+  auto text = [](const std::string& s) { return bytes({0x8c, static_cast<int>(s.size())}) + s; };
+  auto uint = [](unsigned v) { return bytes({'J', int(v & 0xff), int((v >> 8) & 0xff), int((v >> 16) & 0xff), 0}); };
+  auto get = [&](unsigned memo) { return std::string("j") + uint(memo).substr(1); };  // LONG_BINGET
+  unsigned memo = 0;
+  auto memoize = [&] {
+    ++memo;
+    return std::string(1, '\x94');  // MEMOIZE: the next memo index
+  };
+  std::string data = bytes({0x80, 0x04}) + "}(" + text("segments") + "]" + text("device_traces") + "](](";
+  constexpr unsigned kPairs = 3000;
+  for (unsigned k = 0; k < kPairs; ++k) {
+    // A list of two frames whose name and filename strs are shared between them (as Python writes
+    // a repeated str): frame dicts found by those str nodes, and by their content.
+    const unsigned list = memo;
+    std::string frames = "]" + memoize() + "(";
+    const unsigned name = memo;
+    frames += "}(" + text("name") + text("f" + std::to_string(k)) + memoize();
+    const unsigned file = memo;
+    frames += text("filename") + text("m" + std::to_string(k % 7) + ".py") + memoize() + text("line") + uint(1) + "u";
+    frames += "}(" + text("name") + get(name) + text("filename") + get(file) + text("line") + uint(2) + "ue";
+    for (int second = 0; second < 2; ++second) {
+      data += "}(" + text("action") + text(second ? "free_requested" : "alloc") + text("addr") + uint(0x1000 + k) +
+              text("size") + uint(512) + text("stream") + uint(0) + text("time_us") + uint(2 * k + second) +
+              text("frames") + (second ? get(list) : frames) + "u";
+    }
+    if (k % 500 == 499 && k + 1 < kPairs) data += "e(";  // APPENDS in batches, as Python writes them
+  }
+  data += "eeu.";
+  const auto streamed = torch::import_snapshot_data(data, "reuse", torch::ImportOptions{});
+  const auto tree = torch::import_snapshot_full(*pickle::read(data), torch::ImportOptions{});
+  const auto& events = streamed.record.windows.at(0).events;
+  ASSERT_EQ(events.size(), 2 * kPairs);
+  ASSERT_EQ(streamed.record.stacks.size(), kPairs);
+  EXPECT_EQ(streamed.record.stacks, tree.record.stacks);
+  EXPECT_EQ(streamed.record.frames, tree.record.frames);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    ASSERT_EQ(events[i].stack_id, tree.record.windows.at(0).events.at(i).stack_id) << "event " << i;
+    ASSERT_EQ(events[i].stack_id, i / 2) << "event " << i;
+  }
 }

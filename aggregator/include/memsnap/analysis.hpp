@@ -39,6 +39,7 @@ struct HeldSite {
   std::string name;
   Category category = Category::other;
   std::uint64_t bytes = 0;
+  bool operator==(const HeldSite&) const = default;
 };
 
 struct BatchStat {
@@ -64,39 +65,18 @@ struct BatchStat {
   std::uint64_t oom_requested = 0;
   std::uint64_t live_at_oom = 0;
   std::string oom_site;
+  bool operator==(const BatchStat&) const = default;
 };
 
-struct WindowStats {
-  std::int64_t batch_start = 0;
-  std::int64_t batch_end = 0;
-  std::uint64_t n_events = 0;
-  std::uint64_t dropped = 0;
-  std::uint64_t peak_allocated = 0;
-  std::int64_t peak_allocated_time_ns = 0;
-  std::uint64_t peak_reserved = 0;
-  std::int64_t peak_reserved_time_ns = 0;
-  std::uint64_t live_at_open = 0;    // allocated bytes when the window opened
-  std::uint64_t live_at_close = 0;   // allocated bytes when it closed
-  std::uint64_t reserved_at_open = 0;
-  std::uint64_t reserved_at_close = 0;
-  std::uint64_t persistent = 0;      // bytes of allocations live across the whole window
-  std::uint64_t fragmentation_at_peak = 0;  // reserved minus allocated at the allocated peak
-  bool reserved_seen = false;        // the source reported segments (else reserved = allocated)
-  bool oom = false;
-  std::uint64_t oom_requested = 0;
-  std::uint64_t live_at_oom = 0;     // allocated bytes when the (first) allocation was refused
-  std::string oom_site;              // BatchStat::oom_site of that batch ("" before any batch)
-  bool oom_went_on = false;          // the job allocated again after it (BatchStat::oom_went_on)
-  RecordStatus status = RecordStatus::ok;
-  std::vector<SiteStat> sites;       // by bytes at peak, largest first (top_sites)
-  std::uint64_t category_bytes_at_peak[kCategoryCount] = {};
-  std::vector<BatchStat> batches;
+// How a window's batch low points grow, and what its batches keep for good: what the leak rule
+// reads of a window (analyse_window computes it; the store keeps it in /digest/windows).
+struct WindowGrowth {
   // Growth of the batches' low points (min_allocated) from one batch to the next (the mean over
   // the window; 0 with fewer than two batches) less the optimizer state created in its batches
   // (a parameter's first gradient; it stops once every parameter has its state), and the site
   // whose bytes at those low points grew the most.
   double growth_per_batch = 0;
-  bool growth_monotone = false;      // every batch's low point is at least the one before's
+  bool growth_monotone = false;  // every batch's low point is at least the one before's
   std::string growth_site;
   double growth_site_per_batch = 0;
   // Memory the batches keep for good: bytes per batch of the window's allocations still live at
@@ -111,6 +91,42 @@ struct WindowStats {
   // the last held at the window's end (or the window has no stacks to tell). What makes rising
   // low points a leak: they also rise with a run of ever larger inputs.
   bool growth_regrown = false;
+  bool operator==(const WindowGrowth&) const = default;
+};
+
+// A window's events, its peaks and the levels at its open and close: what /summary keeps of it
+// (SummaryRow).
+struct WindowSummary {
+  std::uint64_t n_events = 0;
+  std::uint64_t dropped = 0;
+  std::uint64_t peak_allocated = 0;
+  std::int64_t peak_allocated_time_ns = 0;
+  std::uint64_t peak_reserved = 0;
+  std::int64_t peak_reserved_time_ns = 0;
+  std::uint64_t live_at_open = 0;    // allocated bytes when the window opened
+  std::uint64_t live_at_close = 0;   // allocated bytes when it closed
+  std::uint64_t reserved_at_open = 0;
+  std::uint64_t reserved_at_close = 0;
+  std::uint64_t persistent = 0;      // bytes of allocations live across the whole window
+  std::uint64_t fragmentation_at_peak = 0;  // reserved minus allocated at the allocated peak
+  bool operator==(const WindowSummary&) const = default;
+};
+
+// One analysed window: its summary (WindowSummary), how its batches' low points grow
+// (WindowGrowth), and the rest below.
+struct WindowStats : WindowSummary, WindowGrowth {
+  std::int64_t batch_start = 0;
+  std::int64_t batch_end = 0;
+  bool reserved_seen = false;        // the source reported segments (else reserved = allocated)
+  bool oom = false;
+  std::uint64_t oom_requested = 0;
+  std::uint64_t live_at_oom = 0;     // allocated bytes when the (first) allocation was refused
+  std::string oom_site;              // BatchStat::oom_site of that batch ("" before any batch)
+  bool oom_went_on = false;          // the job allocated again after it (BatchStat::oom_went_on)
+  RecordStatus status = RecordStatus::ok;
+  std::vector<SiteStat> sites;       // by bytes at peak, largest first (top_sites)
+  std::uint64_t category_bytes_at_peak[kCategoryCount] = {};
+  std::vector<BatchStat> batches;
   // What the window's lowest batch low point holds, by site, largest first (at most top_sites):
   // what a rank that holds more than the others at every batch boundary holds more of.
   std::vector<HeldSite> sites_at_low;

@@ -65,75 +65,45 @@ nlohmann::json finding_json(const Finding& f);
 nlohmann::json findings_json(const std::vector<Finding>& findings);
 
 // --- the cross-rank digest: what each rule reads of a window -----------------------------------
+//
+// Each part of a window's digest is one struct with one field table (below): WindowFacts (the
+// window), BatchStat and HeldSite (memsnap/analysis.hpp). The store's rows are those parts under
+// the window's DigestKey (DigestRow), their columns the key's then the part's; WindowDigest is a
+// window's row with its batches and held sites grouped under it.
 
-/// /digest/windows: one window of one rank (WindowStats and WindowRecord fields of that name).
-struct DigestWindowRow {
+/// The window a digest row belongs to: the rank, and the window's index in the rank's record.
+struct DigestKey {
   int rank = 0;
   int window = 0;
+  bool operator==(const DigestKey&) const = default;
+};
+
+/// What the rules read of one window besides its batches: how its batches were found
+/// (WindowRecord's fields of that name), how its low points grow (WindowStats), and whether it
+/// was cut short.
+struct WindowFacts : WindowGrowth {
   std::int64_t batch = 0;  // the window's batch_end
   std::string batch_method = "recorded";
   double batch_confidence = 1.0;
   std::string batch_detail;
-  double growth_per_batch = 0;
-  bool growth_monotone = false;
-  std::string growth_site;
-  double growth_site_per_batch = 0;
-  double retained_per_batch = 0;
-  std::string retained_site;
-  std::uint32_t retained_times = 0;
-  bool growth_regrown = false;
   bool cut_short = false;  // closed by an OOM or a kill, mid-batch, or damaged
-  bool operator==(const DigestWindowRow&) const = default;
+  bool operator==(const WindowFacts&) const = default;
 };
 
-/// /digest/batches: one batch of a window (BatchStat).
-struct DigestBatchRow {
-  int rank = 0;
-  int window = 0;
-  std::int64_t batch = 0;
-  std::uint64_t peak_allocated = 0;
-  std::uint64_t live_at_end = 0;
-  std::uint64_t live_at_start = 0;
-  std::uint64_t min_allocated = 0;
-  std::string peak_site;
-  std::uint64_t peak_site_excess = 0;
-  bool oom = false;
-  bool oom_went_on = false;
-  std::uint64_t oom_requested = 0;
-  std::uint64_t live_at_oom = 0;
-  std::string oom_site;
-  bool operator==(const DigestBatchRow&) const = default;
+/// One row of a digest table: a part of one window's digest under the window's key.
+template <class Part>
+struct DigestRow : DigestKey, Part {
+  bool operator==(const DigestRow&) const = default;
 };
 
-/// /digest/held: bytes one site holds at the window's lowest batch low point (HeldSite).
-struct DigestHeldRow {
-  int rank = 0;
-  int window = 0;
-  std::string site;
-  Category category = Category::other;
-  std::uint64_t bytes = 0;
-  bool operator==(const DigestHeldRow&) const = default;
-};
+using DigestWindowRow = DigestRow<WindowFacts>;  // /digest/windows: one per (rank, window)
+using DigestBatchRow = DigestRow<BatchStat>;     // /digest/batches: one per batch of a window
+using DigestHeldRow = DigestRow<HeldSite>;       // /digest/held: one per site at the lowest low point
 
-/// One window's digest as the rules read it (the rows above, grouped).
-struct WindowDigest {
-  int rank = 0;
-  int window = 0;
-  std::int64_t batch = 0;              // the window's batch_end
+/// One window's digest as the rules read it: its row, with its batches and held sites.
+struct WindowDigest : DigestWindowRow {
   std::vector<BatchStat> batches;
-  std::string batch_method = "recorded";
-  double batch_confidence = 1.0;
-  std::string batch_detail;
-  double growth_per_batch = 0;
-  bool growth_monotone = false;
-  std::string growth_site;
-  double growth_site_per_batch = 0;
-  double retained_per_batch = 0;
-  std::string retained_site;
-  std::uint32_t retained_times = 0;
-  bool growth_regrown = false;
   std::vector<HeldSite> sites_at_low;
-  bool cut_short = false;
 };
 
 /// The digest of an analysed window (`window`: its index in the rank's record).
@@ -183,47 +153,53 @@ struct Fields<Finding> {
       field("oom_in_batch", &Finding::oom_in_batch), field("live", &Finding::live),
       field("went_on", &Finding::went_on),     field("batches_inferred", &Finding::batches_inferred)};
 };
+// The digest's field tables: a store column per field, in this order (stores already written
+// keep reading); the rows' tables are the key's then the part's.
 template <>
-struct Fields<DigestWindowRow> {
-  static constexpr auto list = std::tuple{
-      field("rank", &DigestWindowRow::rank),
-      field("window", &DigestWindowRow::window),
-      field("batch", &DigestWindowRow::batch),
-      field("batch_method", &DigestWindowRow::batch_method),
-      field("batch_confidence", &DigestWindowRow::batch_confidence),
-      field("batch_detail", &DigestWindowRow::batch_detail),
-      field("growth_per_batch", &DigestWindowRow::growth_per_batch),
-      field("growth_monotone", &DigestWindowRow::growth_monotone),
-      field("growth_site", &DigestWindowRow::growth_site),
-      field("growth_site_per_batch", &DigestWindowRow::growth_site_per_batch),
-      field("retained_per_batch", &DigestWindowRow::retained_per_batch),
-      field("retained_site", &DigestWindowRow::retained_site),
-      field("retained_times", &DigestWindowRow::retained_times),
-      field("growth_regrown", &DigestWindowRow::growth_regrown),
-      field("cut_short", &DigestWindowRow::cut_short)};
+struct Fields<DigestKey> {
+  static constexpr auto list = std::tuple{field("rank", &DigestKey::rank), field("window", &DigestKey::window)};
 };
 template <>
-struct Fields<DigestBatchRow> {
-  static constexpr auto list = std::tuple{
-      field("rank", &DigestBatchRow::rank),
-      field("window", &DigestBatchRow::window),
-      field("batch", &DigestBatchRow::batch),
-      field("peak_allocated", &DigestBatchRow::peak_allocated),
-      field("live_at_end", &DigestBatchRow::live_at_end),
-      field("live_at_start", &DigestBatchRow::live_at_start),
-      field("min_allocated", &DigestBatchRow::min_allocated),
-      field("peak_site", &DigestBatchRow::peak_site),
-      field("peak_site_excess", &DigestBatchRow::peak_site_excess),
-      field("oom", &DigestBatchRow::oom),
-      field("oom_went_on", &DigestBatchRow::oom_went_on),
-      field("oom_requested", &DigestBatchRow::oom_requested),
-      field("live_at_oom", &DigestBatchRow::live_at_oom),
-      field("oom_site", &DigestBatchRow::oom_site)};
+struct Fields<WindowGrowth> {
+  static constexpr auto list = std::tuple{field("growth_per_batch", &WindowGrowth::growth_per_batch),
+                                          field("growth_monotone", &WindowGrowth::growth_monotone),
+                                          field("growth_site", &WindowGrowth::growth_site),
+                                          field("growth_site_per_batch", &WindowGrowth::growth_site_per_batch),
+                                          field("retained_per_batch", &WindowGrowth::retained_per_batch),
+                                          field("retained_site", &WindowGrowth::retained_site),
+                                          field("retained_times", &WindowGrowth::retained_times),
+                                          field("growth_regrown", &WindowGrowth::growth_regrown)};
 };
 template <>
-struct Fields<DigestHeldRow> {
-  static constexpr auto list = std::tuple{
-      field("rank", &DigestHeldRow::rank), field("window", &DigestHeldRow::window), field("site", &DigestHeldRow::site),
-      field("category", &DigestHeldRow::category), field("bytes", &DigestHeldRow::bytes)};
+struct Fields<WindowFacts> {
+  static constexpr auto list =
+      std::tuple_cat(std::tuple{field("batch", &WindowFacts::batch), field("batch_method", &WindowFacts::batch_method),
+                                field("batch_confidence", &WindowFacts::batch_confidence),
+                                field("batch_detail", &WindowFacts::batch_detail)},
+                     Fields<WindowGrowth>::list, std::tuple{field("cut_short", &WindowFacts::cut_short)});
+};
+template <>
+struct Fields<BatchStat> {
+  static constexpr auto list = std::tuple{field("batch", &BatchStat::batch),
+                                          field("peak_allocated", &BatchStat::peak_allocated),
+                                          field("live_at_end", &BatchStat::live_at_end),
+                                          field("live_at_start", &BatchStat::live_at_start),
+                                          field("min_allocated", &BatchStat::min_allocated),
+                                          field("peak_site", &BatchStat::peak_site),
+                                          field("peak_site_excess", &BatchStat::peak_site_excess),
+                                          field("oom", &BatchStat::oom),
+                                          field("oom_went_on", &BatchStat::oom_went_on),
+                                          field("oom_requested", &BatchStat::oom_requested),
+                                          field("live_at_oom", &BatchStat::live_at_oom),
+                                          field("oom_site", &BatchStat::oom_site)};
+};
+template <>
+struct Fields<HeldSite> {  // the column of the site's name is "site"
+  static constexpr auto list = std::tuple{field("site", &HeldSite::name), field("category", &HeldSite::category),
+                                          field("bytes", &HeldSite::bytes)};
+};
+template <class Part>
+struct Fields<DigestRow<Part>> {
+  static constexpr auto list = std::tuple_cat(Fields<DigestKey>::list, Fields<Part>::list);
 };
 }  // namespace memsnap

@@ -36,7 +36,9 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -84,26 +86,15 @@ struct RankInfo {
 };
 
 /// One row of /summary. window >= 0: a recorded window of the rank; window == -1: the rank
-/// recorded no window (or has no record), and the row only carries its status.
-struct SummaryRow {
+/// recorded no window (or has no record), and the row only carries its status. Its events, peaks
+/// and levels are the window's WindowSummary.
+struct SummaryRow : WindowSummary {
   int rank = 0;
   int window = -1;
   std::int64_t batch_start = 0;
   std::int64_t batch_end = 0;
   std::string host;
   std::string device;
-  std::uint64_t n_events = 0;
-  std::uint64_t dropped = 0;
-  std::uint64_t peak_allocated = 0;
-  std::int64_t peak_allocated_time_ns = 0;
-  std::uint64_t peak_reserved = 0;
-  std::int64_t peak_reserved_time_ns = 0;
-  std::uint64_t live_at_open = 0;
-  std::uint64_t live_at_close = 0;
-  std::uint64_t reserved_at_open = 0;
-  std::uint64_t reserved_at_close = 0;
-  std::uint64_t persistent = 0;
-  std::uint64_t fragmentation_at_peak = 0;
   bool oom = false;
   std::uint64_t oom_requested = 0;
   std::string status = "ok";
@@ -224,6 +215,13 @@ class StoreReader {
   RankRecord read_rank(int rank) const;
   /// One window of a rank, named by the batch at which it closed.
   WindowRecord read_window(int rank, std::int64_t batch) const;
+  /// read_rank less the windows (metadata, frames, stacks), and read_window less the events: with
+  /// read_events, a long window is read without holding its events whole (`memsnap export`).
+  RankRecord read_rank_without_windows(int rank) const;
+  WindowRecord read_window_without_events(int rank, std::int64_t batch) const;
+  /// A window's events in order, handed to `piece` one storage chunk (65536 events) at a time;
+  /// `piece` returns false to stop there.
+  void read_events(int rank, std::int64_t batch, const std::function<bool(std::span<const Event>)>& piece) const;
   /// The batches (window names) stored for a rank, ascending by window index.
   std::vector<std::int64_t> batches(int rank) const;
 

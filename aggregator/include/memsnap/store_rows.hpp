@@ -2,6 +2,8 @@
 // /summary and /sites, from which the writer packs the tables, the reader unpacks them and the
 // aggregator gathers rows over MPI. Table order is the file's column order (stores already
 // written keep reading); a field added later names the store format version that added it.
+// `memsnap info --json` and summary.json show every column of /ranks and /summary but those
+// aggregator/src/info.cpp leaves out.
 #pragma once
 
 #include <string>
@@ -34,33 +36,36 @@ struct Fields<RankInfo> {
       field("status_detail", &RankInfo::status_detail)};
 };
 
+/// /summary's columns of a window's WindowSummary (within SummaryRow's, below).
+template <>
+struct Fields<WindowSummary> {
+  static constexpr auto list = std::tuple{
+      field("n_events", &WindowSummary::n_events),
+      field("dropped", &WindowSummary::dropped),
+      field("peak_allocated", &WindowSummary::peak_allocated),
+      field("peak_allocated_time_ns", &WindowSummary::peak_allocated_time_ns),
+      field("peak_reserved", &WindowSummary::peak_reserved),
+      field("peak_reserved_time_ns", &WindowSummary::peak_reserved_time_ns),
+      field("live_at_open", &WindowSummary::live_at_open),
+      field("live_at_close", &WindowSummary::live_at_close),
+      field("reserved_at_open", &WindowSummary::reserved_at_open),
+      field("reserved_at_close", &WindowSummary::reserved_at_close),
+      field("persistent", &WindowSummary::persistent),
+      field("fragmentation_at_peak", &WindowSummary::fragmentation_at_peak)};
+};
+
 template <>
 struct Fields<SummaryRow> {
-  static constexpr auto list = std::tuple{
-      field("rank", &SummaryRow::rank),
-      field("window", &SummaryRow::window),
-      field("batch_start", &SummaryRow::batch_start),
-      field("batch_end", &SummaryRow::batch_end),
-      field("host", &SummaryRow::host),
-      field("device", &SummaryRow::device),
-      field("n_events", &SummaryRow::n_events),
-      field("dropped", &SummaryRow::dropped),
-      field("peak_allocated", &SummaryRow::peak_allocated),
-      field("peak_allocated_time_ns", &SummaryRow::peak_allocated_time_ns),
-      field("peak_reserved", &SummaryRow::peak_reserved),
-      field("peak_reserved_time_ns", &SummaryRow::peak_reserved_time_ns),
-      field("live_at_open", &SummaryRow::live_at_open),
-      field("live_at_close", &SummaryRow::live_at_close),
-      field("reserved_at_open", &SummaryRow::reserved_at_open),
-      field("reserved_at_close", &SummaryRow::reserved_at_close),
-      field("persistent", &SummaryRow::persistent),
-      field("fragmentation_at_peak", &SummaryRow::fragmentation_at_peak),
-      field("oom", &SummaryRow::oom),
-      field("oom_requested", &SummaryRow::oom_requested),
-      field("status", &SummaryRow::status),
-      field("category_bytes", &SummaryRow::category_bytes).columns(category_column),
-      field("batch_method", &SummaryRow::batch_method).since_version(2),
-      field("batch_confidence", &SummaryRow::batch_confidence).since_version(2)};
+  static constexpr auto list = std::tuple_cat(
+      std::tuple{field("rank", &SummaryRow::rank), field("window", &SummaryRow::window),
+                 field("batch_start", &SummaryRow::batch_start), field("batch_end", &SummaryRow::batch_end),
+                 field("host", &SummaryRow::host), field("device", &SummaryRow::device)},
+      Fields<WindowSummary>::list,
+      std::tuple{field("oom", &SummaryRow::oom), field("oom_requested", &SummaryRow::oom_requested),
+                 field("status", &SummaryRow::status),
+                 field("category_bytes", &SummaryRow::category_bytes).columns(category_column),
+                 field("batch_method", &SummaryRow::batch_method).since_version(2),
+                 field("batch_confidence", &SummaryRow::batch_confidence).since_version(2)});
 };
 
 /// The site's name travels with the row; the store keeps it in /site_names, named by site_id.

@@ -85,34 +85,21 @@ WindowDigest window_digest(const WindowRecord& w, const WindowStats& s, int rank
   d.rank = rank;
   d.window = window;
   d.batch = w.batch_end;
-  d.batches = s.batches;
   d.batch_method = w.batch_method;
   d.batch_confidence = w.batch_confidence;
   d.batch_detail = w.batch_detail;
-  d.growth_per_batch = s.growth_per_batch;
-  d.growth_monotone = s.growth_monotone;
-  d.growth_site = s.growth_site;
-  d.growth_site_per_batch = s.growth_site_per_batch;
-  d.retained_per_batch = s.retained_per_batch;
-  d.retained_site = s.retained_site;
-  d.retained_times = s.retained_times;
-  d.growth_regrown = s.growth_regrown;
-  d.sites_at_low = s.sites_at_low;
+  static_cast<WindowGrowth&>(d) = s;
   d.cut_short = s.oom || w.status != RecordStatus::ok || !w.closed;
+  d.batches = s.batches;
+  d.sites_at_low = s.sites_at_low;
   return d;
 }
 
 void DigestTables::add(const WindowDigest& d) {
-  windows.push_back(DigestWindowRow{d.rank, d.window, d.batch, d.batch_method, d.batch_confidence, d.batch_detail,
-                                    d.growth_per_batch, d.growth_monotone, d.growth_site, d.growth_site_per_batch,
-                                    d.retained_per_batch, d.retained_site, d.retained_times, d.growth_regrown,
-                                    d.cut_short});
-  for (const auto& b : d.batches) {
-    batches.push_back(DigestBatchRow{d.rank, d.window, b.batch, b.peak_allocated, b.live_at_end, b.live_at_start,
-                                     b.min_allocated, b.peak_site, b.peak_site_excess, b.oom, b.oom_went_on,
-                                     b.oom_requested, b.live_at_oom, b.oom_site});
-  }
-  for (const auto& h : d.sites_at_low) held.push_back(DigestHeldRow{d.rank, d.window, h.name, h.category, h.bytes});
+  const DigestKey& key = d;
+  windows.push_back(static_cast<const DigestWindowRow&>(d));
+  for (const auto& b : d.batches) batches.push_back(DigestBatchRow{key, b});
+  for (const auto& h : d.sites_at_low) held.push_back(DigestHeldRow{key, h});
 }
 
 std::vector<WindowDigest> DigestTables::windows_grouped() const {
@@ -121,34 +108,15 @@ std::vector<WindowDigest> DigestTables::windows_grouped() const {
   std::map<std::pair<int, int>, std::size_t> at;
   for (const auto& w : windows) {
     at[{w.rank, w.window}] = out.size();
-    WindowDigest d;
-    d.rank = w.rank;
-    d.window = w.window;
-    d.batch = w.batch;
-    d.batch_method = w.batch_method;
-    d.batch_confidence = w.batch_confidence;
-    d.batch_detail = w.batch_detail;
-    d.growth_per_batch = w.growth_per_batch;
-    d.growth_monotone = w.growth_monotone;
-    d.growth_site = w.growth_site;
-    d.growth_site_per_batch = w.growth_site_per_batch;
-    d.retained_per_batch = w.retained_per_batch;
-    d.retained_site = w.retained_site;
-    d.retained_times = w.retained_times;
-    d.growth_regrown = w.growth_regrown;
-    d.cut_short = w.cut_short;
-    out.push_back(std::move(d));
+    out.push_back(WindowDigest{w, {}, {}});
   }
   for (const auto& b : batches) {
     auto it = at.find({b.rank, b.window});
-    if (it == at.end()) continue;
-    out[it->second].batches.push_back(BatchStat{b.batch, b.peak_allocated, b.live_at_end, b.live_at_start, b.min_allocated,
-                                                b.peak_site, b.peak_site_excess, b.oom, b.oom_went_on, b.oom_requested,
-                                                b.live_at_oom, b.oom_site});
+    if (it != at.end()) out[it->second].batches.push_back(static_cast<const BatchStat&>(b));
   }
   for (const auto& h : held) {
     auto it = at.find({h.rank, h.window});
-    if (it != at.end()) out[it->second].sites_at_low.push_back(HeldSite{h.site, h.category, h.bytes});
+    if (it != at.end()) out[it->second].sites_at_low.push_back(static_cast<const HeldSite&>(h));
   }
   return out;
 }
