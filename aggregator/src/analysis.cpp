@@ -93,7 +93,6 @@ constexpr const char* kNoStackSite = "<no stack>";
 // A site without frames names no line of code to look at.
 bool frameless_site(const std::string& name) { return name == kNoStackSite || name == kNoPythonFramesSite; }
 
-
 // Per batch: which site a spike in it is made of; per window: how the batches' low points grow,
 // and which site grows with them. One more replay, tallying the live allocations by site at each
 // batch's low point and at its peak.
@@ -101,9 +100,9 @@ bool frameless_site(const std::string& name) { return name == kNoStackSite || na
 // `made`: the allocations made in the window and live at its end, which the first replay leaves
 // in the live table. `site_of(stack, made_in_window)`.
 template <class SiteOf>
-void batch_sites(const RankRecord& rank, const WindowRecord& w, WindowReplay& replay, SiteOf& site_of,
-                 const std::vector<std::ptrdiff_t>& start_index, const std::vector<std::ptrdiff_t>& peak_index,
-                 const std::vector<LiveBlock>& made, std::size_t top_sites, WindowStats& s) {
+void batch_growth_by_site(const RankRecord& rank, const WindowRecord& w, WindowReplay& replay, SiteOf& site_of,
+                          const std::vector<std::ptrdiff_t>& start_index, const std::vector<std::ptrdiff_t>& peak_index,
+                          const std::vector<LiveBlock>& made, std::size_t top_sites, WindowStats& s) {
   const std::size_t nb = s.batches.size();
   if (nb == 0) return;
   using Tally = std::unordered_map<std::string, double>;
@@ -549,7 +548,7 @@ WindowStats analyse_window(const RankRecord& rank, const WindowRecord& w, const 
     site.allocations += t.allocations;
     s.category_bytes_at_peak[static_cast<int>(category)] += t.bytes_at_peak;
   }
-  batch_sites(rank, w, replay, site_of, batch_start_index, batch_peak_index, made, options.top_sites, s);
+  batch_growth_by_site(rank, w, replay, site_of, batch_start_index, batch_peak_index, made, options.top_sites, s);
   // Where an allocation failed: the OOM's own stack, else what its batch's peak holds more of.
   for (const auto& [b, stack] : oom_batch_stack) {
     BatchStat& bs = s.batches[b];

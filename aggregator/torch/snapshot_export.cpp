@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "torch/snapshot_detail.hpp"
+#include "torch/snapshot_parts.hpp"
 #include "torch/snapshot_export.hpp"
 
 namespace memsnap::torch {

@@ -13,7 +13,7 @@
 #include <memory>
 #include <span>
 
-#include "torch/snapshot_detail.hpp"
+#include "torch/snapshot_parts.hpp"
 #include "torch/snapshot_shape.hpp"
 #include "torch/snapshot_stacks.hpp"
 #include "torch/snapshot_window.hpp"

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "torch/snapshot_detail.hpp"
+#include "torch/snapshot_parts.hpp"
 
 namespace memsnap::torch::detail {
 

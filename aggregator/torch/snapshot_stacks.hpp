@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "memsnap/record.hpp"
-#include "torch/snapshot_detail.hpp"
+#include "torch/snapshot_parts.hpp"
 
 namespace memsnap::torch::detail {
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "torch/snapshot_detail.hpp"
+#include "torch/snapshot_parts.hpp"
 
 namespace memsnap::torch {
 

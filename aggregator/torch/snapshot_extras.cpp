@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "torch/snapshot_detail.hpp"
+#include "torch/snapshot_parts.hpp"
 
 namespace memsnap::torch {
 
