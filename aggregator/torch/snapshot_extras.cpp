@@ -165,6 +165,15 @@ ValuePtr detail::text_value(const nlohmann::json* v) {
   return t->is_string() ? t : nullptr;
 }
 
+ValuePtr detail::segment_pool_id(const nlohmann::json* segment_extras) {
+  const nlohmann::json* p = segment_extras ? json_find(*segment_extras, "segment_pool_id") : nullptr;
+  if (!p) return Value::tuple({Value::integer(0), Value::integer(0)});
+  if (!p->is_array()) return from_json(*p);
+  std::vector<ValuePtr> parts;  // a plain pair (as a person writes it): torch's tuple
+  for (const auto& e : *p) parts.push_back(from_json(e));
+  return Value::tuple(std::move(parts));
+}
+
 namespace {
 // The value a one-member tagged object stands for; nullptr when it is not one (an ordinary dict).
 ValuePtr from_tag(const nlohmann::json& j, int depth) {

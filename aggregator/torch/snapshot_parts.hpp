@@ -117,5 +117,8 @@ const nlohmann::json* json_find(const nlohmann::json& j, const char* key);
 bool json_has_string(const nlohmann::json* list, std::string_view s);
 // A str kept as to_json writes it (text, or hex for bytes that are not UTF-8); nullptr otherwise.
 ValuePtr text_value(const nlohmann::json* v);
+// A segment's segment_pool_id from its kept extras (`segment_extras` may be null): (0, 0) when
+// none was kept; a plain pair, as a person writes it, becomes torch's tuple.
+ValuePtr segment_pool_id(const nlohmann::json* segment_extras);
 
 }  // namespace memsnap::torch::detail

@@ -106,16 +106,7 @@ ValuePtr snapshot_value(const RankRecord& rec, std::size_t window_index, const n
       const nlohmann::json* v = sx ? json_find(*sx, key) : nullptr;
       return v && v->is_number_integer() ? u64(v->get<std::uint64_t>()) : u64(derived);
     };
-    ValuePtr pool_id = Value::tuple({Value::integer(0), Value::integer(0)});
-    if (const nlohmann::json* p = sx ? json_find(*sx, "segment_pool_id") : nullptr) {
-      if (p->is_array()) {  // a plain pair (as a person writes it): torch's tuple
-        std::vector<ValuePtr> parts;
-        for (const auto& e : *p) parts.push_back(from_json(e));
-        pool_id = Value::tuple(std::move(parts));
-      } else {
-        pool_id = from_json(*p);
-      }
-    }
+    ValuePtr pool_id = segment_pool_id(sx);
     bool expandable = false;
     if (const nlohmann::json* e = sx ? json_find(*sx, "is_expandable") : nullptr; e && e->is_boolean()) {
       expandable = e->get<bool>();
