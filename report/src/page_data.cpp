@@ -98,8 +98,10 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
   std::vector<std::int64_t> series_t{t0};
   std::vector<std::uint64_t> series_alloc{replay.allocated()}, series_res{replay.reserved()};
   json ooms = json::array();
+  bool reserved_seen = !replay.segments().empty();  // the source reported segments
   while (!replay.done()) {
     const Event& e = w.events[replay.applied()];
+    if (is_segment_action(e.action)) reserved_seen = true;
     const ReplayStep step = replay.step();
     if (step.kind == ReplayStep::oom) {
       ooms.push_back({{"time_ns", e.time_ns}, {"size", e.size}, {"device_free", e.addr}, {"device", e.device}});
@@ -112,7 +114,7 @@ json rank_page_data(const RankRecord& rank, const WindowRecord& w, const WindowS
     series_alloc.push_back(replay.allocated());
     series_res.push_back(replay.reserved());
   }
-  if (!s.reserved_seen) series_res = series_alloc;  // the source saw no segments
+  if (!reserved_seen) series_res = series_alloc;  // the source saw no segments
 
   // Level of detail: the largest allocations one by one, the rest as one summed band.
   std::vector<std::size_t> order(intervals.size());

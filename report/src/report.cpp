@@ -3,8 +3,9 @@
 // store holds (memsnap/findings.hpp: computed once, when the store was written). In three steps,
 // so that each rank page opens with the findings about it while no rank keeps more than one
 // page's data:
-//   1. every rank analyses its windows, writes each page up to its data into the staging folder
-//      and keeps the window's digest;
+//   1. every rank reads its windows and their numbers (the store's /summary, /sites and /digest;
+//      a store older than format version 3 has its windows analysed again), writes each page up
+//      to its data into the staging folder and keeps the window's digest;
 //   2. rank 0 gathers the page digests, reads the store's findings, writes index.html and
 //      summary.json, and broadcasts the findings;
 //   3. every rank appends each page's tail (its findings) and moves the page into the report
@@ -264,8 +265,8 @@ int report_main(const ReportOptions& options) {
     if (created_dir) fs::remove(out_dir, ec);  // only if empty
   };
 
-  // 1. Each rank's windows: analysed, the page written up to its data (the findings, known only
-  //    once every window is analysed, go in its tail), the digest kept for the cross page.
+  // 1. Each rank's windows: the page written up to its data (the findings, read by rank 0 in
+  //    step 2, go in its tail), the digest kept for the cross page.
   struct Page {
     std::string name;
     int rank = 0;
@@ -283,14 +284,22 @@ int report_main(const ReportOptions& options) {
     Progress progress(*comm, progress_on != 0, total_windows, "memsnap report", "window pages", 7411);
     std::size_t counted = 0;
     try {
+      // Each window's numbers as the store keeps them (one analysis, when it was written); a
+      // store of an earlier format version keeps no /digest, and its windows are analysed here.
+      std::vector<std::vector<WindowStats>> stored;
+      if (store->has_findings()) stored = stored_window_stats(*store);
       for (const auto& r : info.ranks) {
         if (r.rank % comm->size() != comm->rank() || r.n_windows == 0) continue;
         const RankRecord record = store->read_rank(r.rank);
+        // A rank whose analysis failed when the store was written has windows but no rows.
+        const std::vector<WindowStats>* kept =
+            r.rank >= 0 && static_cast<std::size_t>(r.rank) < stored.size() ? &stored[static_cast<std::size_t>(r.rank)] : nullptr;
+        if (kept != nullptr && kept->size() != record.windows.size()) kept = nullptr;
         std::vector<std::string> names;
         for (const auto& w : record.windows) names.push_back(page_name(tmpl, info.run_name, r, info.world_size, w.batch_end));
         for (std::size_t i = 0; i < record.windows.size(); ++i) {
           const WindowRecord& w = record.windows[i];
-          const WindowStats stats = analyse_window(record, w);
+          const WindowStats stats = kept != nullptr ? (*kept)[i] : analyse_window(record, w);
           const json links = {{"index", "index.html"},
                               {"prev", i > 0 ? json(names[i - 1]) : json(nullptr)},
                               {"next", i + 1 < names.size() ? json(names[i + 1]) : json(nullptr)}};

@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -239,13 +241,37 @@ TEST(FindingsStore, ReportShowsTheStoresFindings) {
   EXPECT_TRUE(on_rank_page);
 }
 
+// Every field of `stored` as `analysed` has it, but reserved_seen (not kept in the store).
+void expect_same_stats(const WindowStats& stored, const WindowStats& analysed) {
+  EXPECT_EQ(static_cast<const WindowSummary&>(stored), static_cast<const WindowSummary&>(analysed));
+  EXPECT_EQ(static_cast<const WindowGrowth&>(stored), static_cast<const WindowGrowth&>(analysed));
+  EXPECT_EQ(stored.batch_start, analysed.batch_start);
+  EXPECT_EQ(stored.batch_end, analysed.batch_end);
+  EXPECT_EQ(stored.oom, analysed.oom);
+  EXPECT_EQ(stored.oom_requested, analysed.oom_requested);
+  EXPECT_EQ(stored.live_at_oom, analysed.live_at_oom);
+  EXPECT_EQ(stored.oom_site, analysed.oom_site);
+  EXPECT_EQ(stored.oom_went_on, analysed.oom_went_on);
+  EXPECT_EQ(stored.status, analysed.status);
+  for (int c = 0; c < kCategoryCount; ++c) EXPECT_EQ(stored.category_bytes_at_peak[c], analysed.category_bytes_at_peak[c]);
+  EXPECT_EQ(stored.batches, analysed.batches);
+  EXPECT_EQ(stored.sites_at_low, analysed.sites_at_low);
+  ASSERT_EQ(stored.sites.size(), analysed.sites.size());
+  for (std::size_t i = 0; i < stored.sites.size(); ++i) {
+    const SiteStat &a = stored.sites[i], &b = analysed.sites[i];
+    EXPECT_EQ(std::tie(a.stack_id, a.name, a.category, a.bytes_at_peak, a.count_at_peak, a.bytes_allocated, a.allocations),
+              std::tie(b.stack_id, b.name, b.category, b.bytes_at_peak, b.count_at_peak, b.bytes_allocated, b.allocations))
+        << "site " << i;
+  }
+}
+
 // On real torch pickles (tests/data/torch-loops through the real `memsnap import`; five loops
 // that between them plant every cause, to keep the test short; all of them agreed when written):
 // the findings the store keeps are those its rank files give analysed again, which is what
 // `memsnap report` computed before the store kept them.
 TEST(FindingsStore, ImportKeepsTheFindingsTheRankFilesGive) {
   const fs::path loops = fs::path(MEMSNAP_SOURCE_DIR) / "tests/data/torch-loops";
-  std::size_t checked = 0, found = 0;
+  std::size_t checked = 0, found = 0, windows = 0;
   for (const char* name : {"lm_autocast", "oom_caught", "amp_cat_metrics", "everyrank_cat", "fsdp2_ring"}) {
     const fs::directory_entry loop(loops / name);
     SCOPED_TRACE(name);
@@ -262,11 +288,107 @@ TEST(FindingsStore, ImportKeepsTheFindingsTheRankFilesGive) {
     const StoreFindings again = compute_store_findings(reader);
     EXPECT_EQ(findings_json(reader.findings()), findings_json(again.findings));
     EXPECT_EQ(reader.digest().batches, again.digest.batches);
+    // Each window's numbers as the store keeps them (what `memsnap report` reads) are those
+    // analyse_window gives its rank file, but for reserved_seen, which the store does not keep.
+    const auto stored = stored_window_stats(reader);
+    for (const auto& rank : reader.info().ranks) {
+      const RankRecord record = reader.read_rank(rank.rank);
+      ASSERT_EQ(stored.at(static_cast<std::size_t>(rank.rank)).size(), record.windows.size());
+      for (std::size_t i = 0; i < record.windows.size(); ++i) {
+        SCOPED_TRACE("rank " + std::to_string(rank.rank) + " window " + std::to_string(i));
+        expect_same_stats(stored[static_cast<std::size_t>(rank.rank)][i], analyse_window(record, record.windows[i]));
+        ++windows;
+      }
+    }
     found += again.findings.size();
     ++checked;
   }
   EXPECT_EQ(checked, 5u);
   EXPECT_GT(found, checked);  // the loops plant causes
+  EXPECT_GT(windows, 5u * 2);
+}
+
+// `memsnap report` takes each window's numbers from the store, not from a second analysis: a
+// site the store names differently is shown as the store names it. And the pages of a store that
+// keeps them are byte for byte those of the same store as an earlier format wrote it (no
+// /digest: its windows analysed again), on a real loop with an OOM.
+TEST(FindingsStore, ReportReadsEachWindowsNumbersFromTheStore) {
+  TempDir t;
+  const fs::path loop = fs::path(MEMSNAP_SOURCE_DIR) / "tests/data/torch-loops/oom_caught";
+  std::string pickles;
+  for (const auto& e : fs::directory_iterator(loop)) {
+    if (e.path().extension() == ".pickle") pickles += " " + shell_quote(e.path().string());
+  }
+  const fs::path store = t / "s.h5";
+  const auto imported = sh(shell_quote(cli()) + " import" + pickles + " -o " + shell_quote(store.string()));
+  ASSERT_EQ(imported.rc, 0) << imported.err;
+  auto report = [&](const char* name) {
+    const auto r = sh(shell_quote(cli()) + " report --no-upload -o " + shell_quote((t / name).string()) + " " +
+                      shell_quote(store.string()));
+    EXPECT_EQ(r.rc, 0) << r.err;
+    std::map<std::string, std::string> pages;
+    for (const auto& e : fs::directory_iterator(t / name)) {
+      if (e.path().extension() == ".html" && e.path().filename() != "index.html") pages[e.path().filename().string()] = test::read_file(e.path());
+    }
+    return pages;
+  };
+  const auto kept = report("kept");
+  ASSERT_EQ(kept.size(), 8u);
+
+  // As memsnap wrote format version 2: the pages come from analysing each window again.
+  const fs::path v3 = t / "v3.h5";
+  fs::copy_file(store, v3);
+  {
+    const hid_t f = H5Fopen(store.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    EXPECT_GE(H5Ldelete(f, "findings", H5P_DEFAULT), 0);
+    EXPECT_GE(H5Ldelete(f, "digest", H5P_DEFAULT), 0);
+    const std::int64_t two = 2;
+    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &two), 0);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+  const auto analysed = report("analysed");
+  ASSERT_EQ(analysed.size(), kept.size());
+  for (const auto& [name, page] : kept) EXPECT_TRUE(analysed.at(name) == page) << name << " differs";
+
+  // The store's top site of rank 3's window renamed: the page shows the store's name.
+  fs::remove(store);
+  fs::copy_file(v3, store);
+  std::string renamed;
+  {
+    const StoreReader reader(store);
+    const StoreInfo info = reader.info();
+    StoreFindings findings{reader.findings(), reader.digest()};
+    std::vector<SiteRow> sites = reader.sites();
+    for (auto& site : sites) {
+      if (site.rank == 3 && renamed.empty()) {
+        renamed = site.site;
+        site.site = "renamed_in_the_store (x.py:1)";
+      }
+    }
+    ASSERT_FALSE(renamed.empty());
+    const StoreIndex index{.run_name = info.run_name,
+                           .world_size = info.world_size,
+                           .config_json = info.config_json,
+                           .created = info.created,
+                           .tool_version = info.tool_version,
+                           .ranks = info.ranks,
+                           .rows = info.rows,
+                           .sites = sites,
+                           .findings = &findings};
+    fs::remove(store);
+    write_root_file(store, index);
+  }
+  std::size_t shown = 0;
+  for (const auto& [name, page] : report("renamed")) {
+    const bool rank3 = name.find("rank3") != std::string::npos;
+    const bool has = page.find("renamed_in_the_store (x.py:1)") != std::string::npos;
+    EXPECT_EQ(has, rank3) << name;
+    shown += has;
+  }
+  EXPECT_EQ(shown, 1u);
 }
 
 // h5py reads /findings. Debian's python3 (ci/setup.sh installs python3-h5py there), not whatever

@@ -115,6 +115,7 @@ struct DigestTables {
   std::vector<DigestBatchRow> batches;
   std::vector<DigestHeldRow> held;
   void add(const WindowDigest& d);
+  void append(const DigestTables& more);
   std::vector<WindowDigest> windows_grouped() const;
 };
 
@@ -138,6 +139,14 @@ nlohmann::json peak_imbalance(const StoreInfo& info, const std::vector<Finding>&
 /// The findings and digest of a store of an earlier format version: every window of every rank
 /// analysed again (as `memsnap aggregate` does).
 StoreFindings compute_store_findings(const StoreReader& store);
+
+/// Each window's analysis as a store of format version 3 keeps it (/summary, /sites, /digest),
+/// indexed by rank then window: what analyse_window gave when the store was written, read back
+/// without replaying a window (`memsnap report`). Not kept, so left at their defaults:
+/// reserved_seen, and the window's oom_site, live_at_oom and oom_went_on where its first OOM came
+/// before its first batch (an OOM in a batch has them in that BatchStat). Throws StoreError for a
+/// store without /digest (has_findings false): analyse_window its windows instead.
+std::vector<std::vector<WindowStats>> stored_window_stats(const StoreReader& store);
 
 }  // namespace memsnap
 
@@ -201,5 +210,10 @@ struct Fields<HeldSite> {  // the column of the site's name is "site"
 template <class Part>
 struct Fields<DigestRow<Part>> {
   static constexpr auto list = std::tuple_cat(Fields<DigestKey>::list, Fields<Part>::list);
+};
+template <>
+struct Fields<DigestTables> {  // how the aggregator's ranks send their windows' digest to rank 0
+  static constexpr auto list = std::tuple{field("windows", &DigestTables::windows), field("batches", &DigestTables::batches),
+                                          field("held", &DigestTables::held)};
 };
 }  // namespace memsnap

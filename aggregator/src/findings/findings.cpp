@@ -1,6 +1,8 @@
 // The findings of a run, rule after rule (rules.hpp), and how a finding and a window's digest
 // are written down: summary.json's objects and the store's digest rows.
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "rules.hpp"
 
@@ -102,6 +104,12 @@ void DigestTables::add(const WindowDigest& d) {
   for (const auto& h : d.sites_at_low) held.push_back(DigestHeldRow{key, h});
 }
 
+void DigestTables::append(const DigestTables& more) {
+  windows.insert(windows.end(), more.windows.begin(), more.windows.end());
+  batches.insert(batches.end(), more.batches.begin(), more.batches.end());
+  held.insert(held.end(), more.held.begin(), more.held.end());
+}
+
 std::vector<WindowDigest> DigestTables::windows_grouped() const {
   std::vector<WindowDigest> out;
   out.reserve(windows.size());
@@ -135,6 +143,66 @@ StoreFindings compute_store_findings(const StoreReader& store) {
     }
   }
   out.findings = compute_findings(info, store.sites(), digests);
+  return out;
+}
+
+std::vector<std::vector<WindowStats>> stored_window_stats(const StoreReader& store) {
+  if (!store.has_findings()) {
+    throw StoreError(store.path().string() + ": no /digest (a store of format version 2 or earlier): its windows must be analysed");
+  }
+  const StoreInfo info = store.info();
+  std::vector<std::vector<WindowStats>> out(static_cast<std::size_t>(std::max(info.world_size, 0)));
+  auto at = [&](int rank, int window) -> WindowStats* {
+    if (rank < 0 || static_cast<std::size_t>(rank) >= out.size() || window < 0) return nullptr;
+    auto& windows = out[static_cast<std::size_t>(rank)];
+    return static_cast<std::size_t>(window) < windows.size() ? &windows[static_cast<std::size_t>(window)] : nullptr;
+  };
+  for (const auto& row : info.rows) {
+    if (row.window < 0 || row.rank < 0 || static_cast<std::size_t>(row.rank) >= out.size()) continue;
+    auto& windows = out[static_cast<std::size_t>(row.rank)];
+    if (windows.size() <= static_cast<std::size_t>(row.window)) windows.resize(static_cast<std::size_t>(row.window) + 1);
+    WindowStats& s = windows[static_cast<std::size_t>(row.window)];
+    static_cast<WindowSummary&>(s) = row;
+    s.batch_start = row.batch_start;
+    s.batch_end = row.batch_end;
+    s.oom = row.oom;
+    s.oom_requested = row.oom_requested;
+    for (auto st : {RecordStatus::ok, RecordStatus::truncated, RecordStatus::corrupt, RecordStatus::missing}) {
+      if (row.status == status_name(st)) s.status = st;
+    }
+    for (int c = 0; c < kCategoryCount; ++c) s.category_bytes_at_peak[c] = row.category_bytes[static_cast<std::size_t>(c)];
+  }
+  // /sites: each window's top sites, largest first, as the writer kept them.
+  for (const auto& site : store.sites()) {
+    WindowStats* s = at(site.rank, site.window);
+    if (s == nullptr) continue;
+    SiteStat& stat = s->sites.emplace_back();
+    stat.stack_id = site.stack_id;
+    stat.name = site.site;
+    stat.category = site.category;
+    stat.bytes_at_peak = site.bytes_at_peak;
+    stat.count_at_peak = site.count;
+    stat.bytes_allocated = site.bytes_allocated;
+    stat.allocations = site.allocations;
+  }
+  const DigestTables digest = store.digest();
+  for (const auto& row : digest.windows) {
+    if (WindowStats* s = at(row.rank, row.window)) static_cast<WindowGrowth&>(*s) = row;
+  }
+  std::set<std::pair<int, int>> oom_seen;  // windows whose first OOM in a batch was met
+  for (const auto& row : digest.batches) {
+    WindowStats* s = at(row.rank, row.window);
+    if (s == nullptr) continue;
+    const BatchStat& b = s->batches.emplace_back(static_cast<const BatchStat&>(row));
+    if (b.oom && oom_seen.insert({row.rank, row.window}).second) {
+      s->oom_site = b.oom_site;
+      s->live_at_oom = b.live_at_oom;
+    }
+    s->oom_went_on = s->oom_went_on || b.oom_went_on;
+  }
+  for (const auto& row : digest.held) {
+    if (WindowStats* s = at(row.rank, row.window)) s->sites_at_low.push_back(static_cast<const HeldSite&>(row));
+  }
   return out;
 }
 

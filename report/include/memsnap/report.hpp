@@ -46,7 +46,9 @@ struct PageDigest {
 /// Points of a window's sparkline on the cross page.
 inline constexpr std::size_t kSparkPoints = 128;
 
-// The rank page's data (the contract in report/html/html.cpp) for one window.
+// The rank page's data (the contract in report/html/html.cpp) for one window. `stats` is the
+// window's analysis as the store keeps it (stored_window_stats) or analyse_window's; the page
+// replays the window for its timeline and flame graph, not for these numbers.
 nlohmann::json rank_page_data(const RankRecord& rank, const WindowRecord& window, const WindowStats& stats,
                               const std::string& run_name, int world_size, std::size_t max_bands,
                               const nlohmann::json& links, PageDigest* digest);
