@@ -131,20 +131,14 @@ LoadedItem load_item(const ItemInput& in, const ProcessOptions& o, RankRecord&& 
         sr.stack_id = site.stack_id;
         it.sites.push_back(std::move(sr));
       }
-      DigestTables d;
-      d.add(window_digest(r.windows[i], s, it.rank, static_cast<int>(i)));
-      std::move(d.windows.begin(), d.windows.end(), std::back_inserter(it.digest_windows));
-      std::move(d.batches.begin(), d.batches.end(), std::back_inserter(it.digest_batches));
-      std::move(d.held.begin(), d.held.end(), std::back_inserter(it.digest_held));
+      it.digest.add(window_digest(r.windows[i], s, it.rank, static_cast<int>(i)));
     }
   } catch (const std::exception& e) {
     it.status = "error";
     it.detail = it.name + ": analysis failed: " + e.what();
     it.rows.clear();
     it.sites.clear();
-    it.digest_windows.clear();
-    it.digest_batches.clear();
-    it.digest_held.clear();
+    it.digest = {};
     return loaded;
   }
   loaded.analysed = true;
@@ -263,9 +257,7 @@ Resolution resolve(std::vector<ItemResult> items, const std::string& data_dir_na
       res.rows.insert(res.rows.end(), it.rows.begin(), it.rows.end());
     }
     res.sites.insert(res.sites.end(), it.sites.begin(), it.sites.end());
-    res.digest.windows.insert(res.digest.windows.end(), it.digest_windows.begin(), it.digest_windows.end());
-    res.digest.batches.insert(res.digest.batches.end(), it.digest_batches.begin(), it.digest_batches.end());
-    res.digest.held.insert(res.digest.held.end(), it.digest_held.begin(), it.digest_held.end());
+    res.digest.append(it.digest);
     res.ranks.push_back(std::move(info));
   }
   // The run's name: the one most ranks agree on (ties: the smallest name).

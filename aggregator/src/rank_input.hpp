@@ -35,9 +35,7 @@ struct ItemResult {
   std::vector<SummaryRow> rows;
   std::vector<SiteRow> sites;
   // The cross-rank digest of its windows (memsnap/findings.hpp), for rank 0's findings.
-  std::vector<DigestWindowRow> digest_windows;
-  std::vector<DigestBatchRow> digest_batches;
-  std::vector<DigestHeldRow> digest_held;
+  DigestTables digest;
 };
 
 /// Gathered to rank 0 as bytes (memsnap/codec.hpp), field by field.
@@ -48,8 +46,7 @@ struct Fields<ItemResult> {
       field("rank", &ItemResult::rank),     field("loaded", &ItemResult::loaded),       field("written", &ItemResult::written),
       field("status", &ItemResult::status), field("detail", &ItemResult::detail),       field("meta", &ItemResult::meta),
       field("n_windows", &ItemResult::n_windows), field("rows", &ItemResult::rows),     field("sites", &ItemResult::sites),
-      field("digest_windows", &ItemResult::digest_windows), field("digest_batches", &ItemResult::digest_batches),
-      field("digest_held", &ItemResult::digest_held)};
+      field("digest", &ItemResult::digest)};
 };
 
 struct ItemInput {
