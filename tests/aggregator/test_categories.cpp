@@ -228,7 +228,9 @@ TEST(CategoriesTest, AllocationsWithoutPythonFramesInsideTheWindowAreTheBackward
   EXPECT_EQ(site_bytes(s, kNoPythonFramesSite), 5400000u);
   EXPECT_EQ(site_bytes(s, "<no stack>"), 4000u);
   for (const auto& site : s.sites) {
-    if (site.name == kNoPythonFramesSite) EXPECT_EQ(site.category, Category::gradients);
+    if (site.name == kNoPythonFramesSite) {
+      EXPECT_EQ(site.category, Category::gradients);
+    }
   }
   EXPECT_EQ(categorize_allocation(r, 0, true, true), Category::gradients);
   EXPECT_EQ(categorize_allocation(r, 0, false, true), Category::other);
@@ -297,7 +299,9 @@ TEST_P(StackSettings, CategoriesAtThePeakAgree) {
                        Category::reduce_scatter, Category::activations, Category::other}) {
       const double pb = static_cast<double>(p.category_bytes[idx(c)]), ab = static_cast<double>(a.category_bytes[idx(c)]);
       EXPECT_NEAR(ab, pb, tolerance) << category_name(c);
-      if (pb > 0) EXPECT_GT(ab, 0) << category_name(c) << " is 0 at the peak under stacks=\"all\"";
+      if (pb > 0) {
+        EXPECT_GT(ab, 0) << category_name(c) << " is 0 at the peak under stacks=\"all\"";
+      }
     }
   }
   if (loop == "fsdp_unshard") {

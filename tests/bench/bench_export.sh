@@ -24,18 +24,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"
 
-# Runs an export under GNU time with the limit; prints "WALL_S RSS_MIB" or "timeout" / "failed".
-timed() {  # LOG CMD...
-  local log="$1" rc=0
-  shift
-  timeout "$limit" /usr/bin/time -f '%e %M' -o "$work/time" "$@" >"$log" 2>&1 || rc=$?
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then echo "timeout"; return; fi
-  if [ "$rc" != 0 ]; then echo "failed($rc)"; echo "$*" >>"$work/failures"; return; fi
-  awk '{printf "%.2f %.0f", $1, $2 / 1024}' "$work/time"
-}
-
-median() { sort -n | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]; else print "-"}'; }
-minimum() { sort -n | awk 'NR == 1 {print $1} END {if (!NR) print "-"}'; }
+source "$(dirname "$0")/bench_common.sh"  # timed, median, minimum
 
 exporters="memsnap"
 [ -n "$baseline" ] && exporters="memsnap baseline"

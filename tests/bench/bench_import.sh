@@ -27,20 +27,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"
 
-# Runs a reader under GNU time with the limit; prints "WALL_S RSS_MIB" or "timeout" / "failed".
-timed() {  # LOG CMD...
-  local log="$1" rc=0
-  shift
-  (
-    [ -n "$mem_limit" ] && ulimit -v $((mem_limit * 1024 * 1024))
-    exec timeout "$limit" /usr/bin/time -f '%e %M' -o "$work/time" "$@"
-  ) >"$log" 2>&1 || rc=$?
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then echo "timeout"; return; fi
-  if [ "$rc" != 0 ]; then echo "failed($rc)"; echo "$*" >>"$work/failures"; return; fi
-  awk '{printf "%.2f %.0f", $1, $2 / 1024}' "$work/time"
-}
-
-median() { sort -n | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]; else print "-"}'; }
+source "$(dirname "$0")/bench_common.sh"  # timed, median, minimum
 
 printf '%-6s %-9s %9s %-8s %5s %9s %10s\n' entries frames "file_MB" reader round wall_s peak_MiB
 summary=""

@@ -617,8 +617,9 @@ TEST_F(ReportHtmlBrowserTest, ChartAxesAndOutliersAgree) {
     std::string t;
     while (std::getline(ticks, t, '|')) {
       EXPECT_TRUE(seen.insert(t).second) << metric << " axis repeats " << t << ": " << m[1].str();
-      if (t.size() > 2 && t.compare(t.size() - 2, 2, " B") == 0 && !std::isalpha(static_cast<unsigned char>(t[t.size() - 3])))
+      if (t.size() > 2 && t.compare(t.size() - 2, 2, " B") == 0 && !std::isalpha(static_cast<unsigned char>(t[t.size() - 3]))) {
         EXPECT_EQ(t.find('.'), std::string::npos) << metric << " axis has a fraction of a byte: " << m[1].str();
+      }
     }
     ASSERT_TRUE(std::regex_search(tag, m, std::regex("data-outliers=\"([0-9]+)\""))) << metric << ": " << tag;
     EXPECT_EQ(m[1].str(), "1") << metric << " marks other outliers than the tile's";
