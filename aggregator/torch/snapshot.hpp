@@ -116,10 +116,6 @@ ImportResult import_snapshot_file(const std::string& path, const ImportOptions& 
 /// import_snapshot_file of bytes in memory; `name` starts every error message.
 ImportResult import_snapshot_data(std::string_view data, const std::string& name, const ImportOptions& opt);
 
-/// Builds the snapshot value of one window (what export_snapshot pickles).
-pickle::ValuePtr snapshot_value(const RankRecord& record, std::size_t window_index,
-                                const nlohmann::json& extras = nlohmann::json());
-
 /// One window as protocol-4 pickle bytes in _dump_snapshot's layout. Pass the extras from
 /// import_snapshot_full for a faithful round trip. SnapshotError if window_index is out of range.
 std::string export_snapshot(const RankRecord& record, std::size_t window_index);

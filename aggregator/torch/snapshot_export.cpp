@@ -16,8 +16,9 @@ using namespace detail;
 
 // --- export, streamed ------------------------------------------------------------------------------
 //
-// write_snapshot writes what pickle::write(snapshot_value(...)) writes, without the tree. That
-// writer memoises a node when it is reached more than once: here those nodes are the pooled
+// write_snapshot writes what pickle::write(snapshot_value(...)) writes (the tests' reference
+// writer, tests/torch/snapshot_tree.cpp), without the tree. That writer memoises a node when it
+// is reached more than once: here those nodes are the pooled
 // strings (one node per distinct text, as StringPool gives), the frame dicts (one per frame) and
 // the frame lists (one per stack); everything else (entries, blocks, segments, values from the
 // extras) is reached once. So a first pass counts, for every pooled string, frame and stack, the

@@ -22,8 +22,8 @@ using EventPieces = std::function<void(const std::function<bool(std::span<const 
 /// segments, batches and extras are read from `window`, its events only from `events`
 /// (window.events is not looked at); record gives the frames and stacks. Memory holds the
 /// segments, the frames and stacks the window uses, the extras, the strings it writes and one
-/// frame of output, not the trace. The bytes are the same as pickle::write(snapshot_value(...))'s
-/// (tests/torch/test_snapshot.cpp, StreamedExportEqualsTreeExport).
+/// frame of output, not the trace. The bytes are the same as the tests' reference writer gives
+/// (tests/torch/snapshot_tree.cpp, the whole value tree pickled; test_snapshot_export.cpp).
 void write_snapshot(const RankRecord& record, const WindowRecord& window, const EventPieces& events,
                     const nlohmann::json& extras, const pickle::ByteSink& sink);
 

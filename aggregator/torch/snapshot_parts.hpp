@@ -1,6 +1,6 @@
 // Inside the snapshot interop, shared by its parts: snapshot_extras.cpp (typed field access, and
 // pickle values <-> JSON for the extras), snapshot_import.cpp (a snapshot into a RankRecord),
-// snapshot_export.cpp and snapshot_tree.cpp (a RankRecord's window back into a snapshot).
+// snapshot_export.cpp and the tests' reference writer, tests/torch/snapshot_tree.cpp (a RankRecord's window back into a snapshot).
 #pragma once
 
 #include <cstddef>

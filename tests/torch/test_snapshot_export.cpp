@@ -13,6 +13,7 @@
 #include "torch/pickle_writer.hpp"
 #include "torch/snapshot.hpp"
 #include "torch/snapshot_export.hpp"
+#include "snapshot_tree.hpp"
 
 using namespace memsnap;
 

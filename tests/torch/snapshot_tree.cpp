@@ -1,5 +1,9 @@
 // The snapshot of a window as one pickle value tree: the reference that the streamed export
-// (snapshot_export.cpp) is tested against, byte for byte, and what tests inspect.
+// (aggregator/torch/snapshot_export.cpp) is tested against, byte for byte. It was the export
+// until the export streamed; it lives with the tests, built the plain way (the whole tree in
+// memory), so that the two writers share no more than the snapshot's parts (snapshot_parts.hpp).
+#include "snapshot_tree.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <map>
