@@ -151,6 +151,7 @@ TEST(FindingsStore, AnEarlierFormatsStoreComputesThemOnTheFly) {
   EXPECT_EQ(old.info().format_version, 2);
   EXPECT_FALSE(old.has_findings());
   EXPECT_EQ(read_findings(store), stored);
+  EXPECT_THROW(stored_window_stats(old), StoreError);  // its windows must be analysed again
   const auto i = sh(shell_quote(cli()) + " info --json " + shell_quote(store.string()));
   ASSERT_EQ(i.rc, 0) << i.err;
   EXPECT_EQ(nlohmann::json::parse(i.out)["findings"], findings_json(stored));
