@@ -118,17 +118,10 @@ LoadedItem load_item(const ItemInput& in, const ProcessOptions& o, RankRecord&& 
       row.rank = it.rank;
       it.rows.push_back(std::move(row));
       for (const auto& site : s.sites) {
-        SiteRow sr;
+        SiteRow sr{site};
         sr.rank = it.rank;
         sr.window = static_cast<int>(i);
         sr.batch = s.batch_end;
-        sr.site = site.name;
-        sr.category = site.category;
-        sr.bytes_at_peak = site.bytes_at_peak;
-        sr.count = site.count_at_peak;
-        sr.bytes_allocated = site.bytes_allocated;
-        sr.allocations = site.allocations;
-        sr.stack_id = site.stack_id;
         it.sites.push_back(std::move(sr));
       }
       it.digest.add(window_digest(r.windows[i], s, it.rank, static_cast<int>(i)));

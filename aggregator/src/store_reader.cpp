@@ -206,7 +206,7 @@ std::vector<SiteRow> StoreReader::sites() const {
   const auto names = read_strings(g, "", c + ": /site_names");
   for (auto& s : out) {
     if (s.site_id >= names.size()) throw StoreError(c + ": /sites names site " + std::to_string(s.site_id) + " beyond /site_names");
-    s.site = names[s.site_id];
+    s.name = names[s.site_id];
   }
   return out;
 }

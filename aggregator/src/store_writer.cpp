@@ -233,14 +233,14 @@ void write_root_file(const std::filesystem::path& path, const StoreIndex& index)
   {
     std::vector<std::string> names;
     names.reserve(index.sites.size());
-    for (const auto& s : index.sites) names.push_back(s.site);
+    for (const auto& s : index.sites) names.push_back(s.name);
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
     std::unordered_map<std::string, std::uint32_t> ids;
     for (std::size_t i = 0; i < names.size(); ++i) ids.emplace(names[i], static_cast<std::uint32_t>(i));
 
     std::vector<SiteRow> sites = index.sites;
-    for (auto& s : sites) s.site_id = ids.at(s.site);
+    for (auto& s : sites) s.site_id = ids.at(s.name);
     write_table(file, "sites", sites, 1, c);
     Handle g = create_group(file, "site_names", c);
     write_strings(g, "", names, 1, c + ": /site_names");

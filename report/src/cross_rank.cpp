@@ -31,7 +31,7 @@ CrossRankResult cross_rank_analysis(const StoreInfo& info, const std::vector<Sit
   std::map<std::pair<int, std::int64_t>, const PageDigest*> digest_of;
   for (const auto& d : digests) digest_of[{d.rank, d.batch}] = &d;
   std::map<std::pair<std::int64_t, std::string>, std::map<int, const SiteRow*>> site_table;
-  for (const auto& s : sites) site_table[{s.batch, s.site}][s.rank] = &s;
+  for (const auto& s : sites) site_table[{s.batch, s.name}][s.rank] = &s;
   json imbalance = peak_imbalance(info, found);
   const json findings = findings_json(found);
 

@@ -264,6 +264,15 @@ int report_main(const ReportOptions& options) {
     fs::remove_all(staging, ec);
     if (created_dir) fs::remove(out_dir, ec);  // only if empty
   };
+  // Whether a rank has failed: then every rank undoes what this run wrote, and rank 0 says why.
+  auto failed = [&] {
+    const std::string e = agree();
+    if (e.empty()) return false;
+    line.end();
+    clean_up();
+    if (root) std::cerr << "memsnap report: " << e << "\n";
+    return true;
+  };
 
   // 1. Each rank's windows: the page written up to its data (the findings, read by rank 0 in
   //    step 2, go in its tail), the digest kept for the cross page.
@@ -322,11 +331,7 @@ int report_main(const ReportOptions& options) {
     progress.add(my_windows - counted);  // rank 0 waits for every rank's count
     progress.finish();
   }
-  if (std::string e = agree(); !e.empty()) {
-    clean_up();
-    if (root) std::cerr << "memsnap report: " << e << "\n";
-    return 1;
-  }
+  if (failed()) return 1;
 
   // 2. Rank 0 gathers the page digests, reads the findings, writes the cross page and
   //    summary.json, and sends every rank the findings.
@@ -400,23 +405,13 @@ int report_main(const ReportOptions& options) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  if (std::string e = agree(); !e.empty()) {
-    line.end();
-    clean_up();
-    if (root) std::cerr << "memsnap report: " << e << "\n";
-    return 1;
-  }
+  if (failed()) return 1;
   try {
     for (const auto& p : pages) move_file(join_inside(staging, p.name), join_inside(out_dir, p.name));
   } catch (const std::exception& e) {
     error = e.what();
   }
-  if (std::string e = agree(); !e.empty()) {
-    line.end();
-    clean_up();
-    if (root) std::cerr << "memsnap report: " << e << "\n";
-    return 1;
-  }
+  if (failed()) return 1;
 
   int code = 0;
   if (root) {

@@ -174,7 +174,7 @@ TEST(AggregateTest, EventsReadBackExactly) {
   }
   const auto sites = store.sites();
   EXPECT_FALSE(sites.empty());
-  for (const auto& s : sites) EXPECT_FALSE(s.site.empty());
+  for (const auto& s : sites) EXPECT_FALSE(s.name.empty());
   EXPECT_FALSE(fs::exists(t / "memsnap.h5.d" / "part0.h5"));
 }
 

@@ -276,7 +276,7 @@ TEST_P(StackSettings, CategoriesAtThePeakAgree) {
   // The backward's allocations are named for what they are under "python": no Python frames.
   bool engine_site = false;
   for (const auto& site : py_store.sites()) {
-    if (site.site != kNoPythonFramesSite) continue;
+    if (site.name != kNoPythonFramesSite) continue;
     engine_site = true;
     EXPECT_EQ(site.category, Category::gradients);
   }
@@ -331,7 +331,7 @@ TEST(CategoriesTest, AStacklessRecordReadsOther) {
     EXPECT_GT(row.peak_allocated, 0u);
     EXPECT_EQ(row.category_bytes[static_cast<int>(Category::other)], row.peak_allocated) << "rank " << row.rank;
   }
-  for (const auto& site : store.sites()) EXPECT_EQ(site.site, "<no stack>") << "rank " << site.rank;
+  for (const auto& site : store.sites()) EXPECT_EQ(site.name, "<no stack>") << "rank " << site.rank;
 }
 
 }  // namespace

@@ -278,7 +278,7 @@ TEST(Findings, AFindingNamesTheSiteHeldMostAboveTheOtherRanksMedian) {
   run.info.ranks[6].status = "missing";
   run.info.ranks[6].n_windows = 0;
   auto site = [&](int r, const char* name, std::uint64_t bytes) {
-    run.sites.push_back(SiteRow{r, 0, 4, 0, name, Category::other, bytes, 1, 0, 0, kNoStack});
+    run.sites.push_back(SiteRow{{kNoStack, name, Category::other, bytes, 1, 0, 0}, r, 0, 4, 0});
   };
   // Rank 2 above the median of the others: params 250 - 100 (rank 4 has none: 0, 100, 100, 100,
   // 100), only_here 120 - 0, buffers 100 - 40 (10, 20, 40, 50, 60).
@@ -305,8 +305,8 @@ TEST(Findings, MoreHeldAtEveryBoundaryIsNamedByWhatTheBoundaryHolds) {
     run.digests[r].sites_at_low = {HeldSite{"weights (model.py:5)", Category::parameters, 80 * MiB},
                                    HeldSite{"_init_group (adam.py:1)", Category::optimizer_state, (r == 1 ? 38 : 20) * MiB}};
     // The peak's sites: activations, the most above the others on rank 1.
-    run.sites.push_back(SiteRow{r, 0, 4, 0, "loss = head(y) (train.py:9)", Category::activations,
-                                (r == 1 ? 300 : 250) * MiB, 1, 0, 0, kNoStack});
+    run.sites.push_back(
+        SiteRow{{kNoStack, "loss = head(y) (train.py:9)", Category::activations, (r == 1 ? 300 : 250) * MiB, 1, 0, 0}, r, 0, 4, 0});
   }
   auto f = run.findings();
   ASSERT_EQ(kinds(f), (std::vector<std::pair<std::string, int>>{{"shard_imbalance", 1}})) << f.dump(2);

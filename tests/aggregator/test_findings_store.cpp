@@ -365,8 +365,8 @@ TEST(FindingsStore, ReportReadsEachWindowsNumbersFromTheStore) {
     std::vector<SiteRow> sites = reader.sites();
     for (auto& site : sites) {
       if (site.rank == 3 && renamed.empty()) {
-        renamed = site.site;
-        site.site = "renamed_in_the_store (x.py:1)";
+        renamed = site.name;
+        site.name = "renamed_in_the_store (x.py:1)";
       }
     }
     ASSERT_FALSE(renamed.empty());

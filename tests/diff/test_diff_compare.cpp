@@ -24,7 +24,7 @@ SideData side(const std::vector<std::tuple<std::string, Category, std::uint64_t>
     for (const auto& [name, cat, bytes] : sites) {
       SiteRow row;
       row.rank = r;
-      row.site = name;
+      row.name = name;
       row.category = cat;
       row.bytes_at_peak = bytes;
       w.sites.push_back(row);

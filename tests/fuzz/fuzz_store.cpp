@@ -102,14 +102,10 @@ const BaseStore& base_store() {
       const WindowStats stats = analyse_window(rec, rec.windows[i]);
       index.rows.push_back(make_summary_row(rec, static_cast<int>(i), stats));
       for (const auto& s : stats.sites) {
-        SiteRow row;
+        SiteRow row{s};
         row.rank = 0;
         row.window = static_cast<int>(i);
         row.batch = rec.windows[i].batch_end;
-        row.site = s.name;
-        row.category = s.category;
-        row.bytes_at_peak = s.bytes_at_peak;
-        row.stack_id = s.stack_id;
         index.sites.push_back(row);
       }
     }

@@ -39,8 +39,9 @@ TEST(CrossRank, WhereRanksDifferListsTheSiteThatDiffers) {
   FakeRun run(3);
   for (int r = 0; r < 3; ++r) run.window(r, MiB, MiB, 100 * MiB);
   for (int r = 0; r < 3; ++r) {
-    SiteRow same{r, 0, 4, 0, "forward (model.py:10)", Category::activations, 50 * MiB, 1, 0, 0, kNoStack};
-    SiteRow differs{r, 0, 4, 1, "init_params (model.py:3)", Category::parameters, (r == 1 ? 30 : 10) * MiB, 1, 0, 0, kNoStack};
+    SiteRow same{{kNoStack, "forward (model.py:10)", Category::activations, 50 * MiB, 1, 0, 0}, r, 0, 4, 0};
+    SiteRow differs{
+        {kNoStack, "init_params (model.py:3)", Category::parameters, (r == 1 ? 30 : 10) * MiB, 1, 0, 0}, r, 0, 4, 1};
     run.sites.push_back(same);
     run.sites.push_back(differs);
   }
@@ -59,7 +60,7 @@ TEST(CrossRank, WhereRanksDifferCountsARankWithoutTheSiteAsZero) {
   run.info.ranks[4].status = "missing";
   run.info.ranks[4].n_windows = 0;
   auto site = [&](int r, const char* name, std::uint64_t bytes) {
-    run.sites.push_back(SiteRow{r, 0, 4, 0, name, Category::parameters, bytes, 1, 0, 0, kNoStack});
+    run.sites.push_back(SiteRow{{kNoStack, name, Category::parameters, bytes, 1, 0, 0}, r, 0, 4, 0});
   };
   site(0, "init (model.py:3)", 10 * MiB);  // rank 1 has none
   site(2, "init (model.py:3)", 30 * MiB);

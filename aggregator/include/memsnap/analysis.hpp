@@ -32,6 +32,7 @@ struct SiteStat {
   std::uint64_t count_at_peak = 0;
   std::uint64_t bytes_allocated = 0;  // over the whole window
   std::uint64_t allocations = 0;
+  bool operator==(const SiteStat&) const = default;
 };
 
 // Bytes one site holds at a point of the window.

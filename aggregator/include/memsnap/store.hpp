@@ -104,19 +104,13 @@ struct SummaryRow : WindowSummary {
   bool operator==(const SummaryRow&) const = default;
 };
 
-/// One row of /sites, with its name resolved from /site_names.
-struct SiteRow {
+/// One row of /sites: a window's site (SiteStat, its name resolved from /site_names) under the
+/// window's rank, index and batch.
+struct SiteRow : SiteStat {
   int rank = 0;
   int window = 0;
   std::int64_t batch = 0;  // the window's batch_end
   std::uint32_t site_id = 0;
-  std::string site;
-  Category category = Category::other;
-  std::uint64_t bytes_at_peak = 0;
-  std::uint64_t count = 0;
-  std::uint64_t bytes_allocated = 0;
-  std::uint64_t allocations = 0;
-  std::uint32_t stack_id = kNoStack;
   bool operator==(const SiteRow&) const = default;
 };
 

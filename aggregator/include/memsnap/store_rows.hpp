@@ -76,13 +76,13 @@ struct Fields<SiteRow> {
       field("window", &SiteRow::window),
       field("batch", &SiteRow::batch),
       field("site_id", &SiteRow::site_id),
-      field("category", &SiteRow::category),
-      field("bytes_at_peak", &SiteRow::bytes_at_peak),
-      field("count", &SiteRow::count),
-      field("bytes_allocated", &SiteRow::bytes_allocated),
-      field("allocations", &SiteRow::allocations),
-      field("stack_id", &SiteRow::stack_id),
-      field("site", &SiteRow::site).not_stored()};
+      field("category", &SiteStat::category),
+      field("bytes_at_peak", &SiteStat::bytes_at_peak),
+      field("count", &SiteStat::count_at_peak),
+      field("bytes_allocated", &SiteStat::bytes_allocated),
+      field("allocations", &SiteStat::allocations),
+      field("stack_id", &SiteStat::stack_id),
+      field("site", &SiteStat::name).not_stored()};
 };
 
 }  // namespace memsnap

@@ -87,9 +87,9 @@ std::string frameless_key(Category c) { return std::string("<no stack> [") + cat
 // A site's name as the diff matches it: with its line; a site without frames ("<no stack>",
 // "<no Python frames: ...>") by its category as well.
 std::string name_of(const SiteRow& s) {
-  if (s.site.empty()) return frameless_key(s.category);
-  if (s.site[0] == '<') return s.site + " [" + category_name(s.category) + "]";
-  return s.site;
+  if (s.name.empty()) return frameless_key(s.category);
+  if (s.name[0] == '<') return s.name + " [" + category_name(s.category) + "]";
+  return s.name;
 }
 
 RankNumbers numbers_of(const RankData& r) {

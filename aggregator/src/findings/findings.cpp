@@ -174,16 +174,7 @@ std::vector<std::vector<WindowStats>> stored_window_stats(const StoreReader& sto
   }
   // /sites: each window's top sites, largest first, as the writer kept them.
   for (const auto& site : store.sites()) {
-    WindowStats* s = at(site.rank, site.window);
-    if (s == nullptr) continue;
-    SiteStat& stat = s->sites.emplace_back();
-    stat.stack_id = site.stack_id;
-    stat.name = site.site;
-    stat.category = site.category;
-    stat.bytes_at_peak = site.bytes_at_peak;
-    stat.count_at_peak = site.count;
-    stat.bytes_allocated = site.bytes_allocated;
-    stat.allocations = site.allocations;
+    if (WindowStats* s = at(site.rank, site.window)) s->sites.push_back(static_cast<const SiteStat&>(site));
   }
   const DigestTables digest = store.digest();
   for (const auto& row : digest.windows) {

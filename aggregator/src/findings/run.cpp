@@ -83,7 +83,7 @@ Run::Run(const StoreInfo& info_, const std::vector<SiteRow>& sites, const std::v
     ++m_ranks_with_data;
   }
   peak_median = median(peaks);
-  for (const auto& s : sites) m_site_table[{s.batch, s.site}][s.rank] = &s;
+  for (const auto& s : sites) m_site_table[{s.batch, s.name}][s.rank] = &s;
   for (const auto& d : digests) {
     for (const auto& b : d.batches) {
       batch_peaks[b.batch].emplace_back(d.rank, b.peak_allocated);
