@@ -10,11 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <new>
@@ -30,6 +33,7 @@
 #include "memsnap/config.hpp"
 #include "memsnap/import_export.hpp"
 #include "memsnap/mpi.hpp"
+#include "memsnap/numeric.hpp"
 #include "memsnap/spill.hpp"
 #include "output_guard.hpp"
 #include "memsnap/progress.hpp"
@@ -229,10 +233,12 @@ unsigned reader_threads(const mpi::Comm& comm) {
 /// Reads the tasks' pickles ahead on `threads` threads, in task order, while the caller takes the
 /// outcomes in that same order. A pickle starts only while the memory the started and not yet
 /// taken ones need (file size x kMemoryPerPickleByte) stays within `budget`, or when none is in
-/// flight. With one thread it reads each pickle in take(), as a serial import does.
+/// flight. With one thread it reads each pickle in take(), as a serial import does, unless
+/// `ticking`: then one thread reads, and take() calls its `tick` while it waits (a progress line
+/// within a large pickle).
 class PickleReader {
  public:
-  PickleReader(const std::vector<PickleTask>& tasks, unsigned threads, std::uint64_t budget)
+  PickleReader(const std::vector<PickleTask>& tasks, unsigned threads, std::uint64_t budget, bool ticking)
       : m_tasks(tasks), m_slots(tasks.size()), m_budget(budget) {
     for (std::size_t i = 0; i < tasks.size(); ++i) {
       std::error_code ec;
@@ -240,7 +246,7 @@ class PickleReader {
       m_slots[i].cost = (ec ? 0 : bytes) * kMemoryPerPickleByte;
     }
     threads = static_cast<unsigned>(std::min<std::size_t>(threads, tasks.size()));
-    if (threads <= 1) return;
+    if (threads <= 1 && !ticking) return;
     for (unsigned i = 0; i < threads; ++i) m_threads.emplace_back([this] { work(); });
   }
   ~PickleReader() {
@@ -254,11 +260,16 @@ class PickleReader {
   PickleReader(const PickleReader&) = delete;
   PickleReader& operator=(const PickleReader&) = delete;
 
-  /// The outcome of task `i`; tasks are taken in order, each once.
-  PickleOutcome take(std::size_t i) {
+  /// The outcome of task `i`; tasks are taken in order, each once. `tick` is called every quarter
+  /// of a second while it waits for a reading thread.
+  PickleOutcome take(std::size_t i, const std::function<void()>& tick) {
     if (m_threads.empty()) return read_pickle(m_tasks[i]);
     std::unique_lock<std::mutex> lock(m_mutex);
-    m_cv.wait(lock, [&] { return m_slots[i].done; });
+    while (!m_cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return m_slots[i].done; })) {
+      lock.unlock();
+      tick();
+      lock.lock();
+    }
     PickleOutcome out = std::move(m_slots[i].outcome);
     m_slots[i].outcome = PickleOutcome();
     m_in_flight -= m_slots[i].cost;
@@ -455,18 +466,55 @@ int import_main(const ImportCliOptions& o) {
       rank_ends.push_back(tasks.size());
     }
   }
-  const std::size_t my_pickles = tasks.size();
   unsigned threads = o.threads;
   try {
     if (threads == 0) threads = reader_threads(*comm);
   } catch (const std::exception& e) {
     error = e.what();
   }
-  Progress progress(*comm, Progress::wanted(), pickles.size(), o.verb, "snapshots read", kImportProgressTag);
-  std::size_t processed = 0;
+  // Progress in bytes of the pickles read (torch::ImportOptions::progress), so that the line
+  // moves within one large pickle too.
+  // Rank 0's terminal decides, for every rank (Progress needs them to agree).
+  int progress_wanted = root && Progress::wanted() ? 1 : 0;
+  MPI_Bcast(&progress_wanted, 1, MPI_INT, 0, comm->get());
+  const bool progress_on = progress_wanted != 0;
+  std::vector<std::uint64_t> task_bytes(tasks.size(), 0);
+  std::uint64_t all_bytes = 0, my_bytes = 0;
+  for (const auto& p : pickles) {
+    std::error_code size_ec;
+    const auto size = fs::file_size(p, size_ec);
+    all_bytes += size_ec ? 0 : size;
+  }
+  auto read_so_far = std::make_unique<std::atomic<std::uint64_t>[]>(tasks.size());
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    std::error_code size_ec;
+    const auto size = fs::file_size(tasks[i].path, size_ec);
+    task_bytes[i] = size_ec ? 0 : size;
+    my_bytes += task_bytes[i];
+    tasks[i].options.progress = &read_so_far[i];
+  }
+  const std::size_t n_pickles = pickles.size();
+  Progress progress(
+      *comm, progress_on, all_bytes, o.verb,
+      [n_pickles](std::size_t done, std::size_t total) {
+        const int percent = total == 0 ? 100 : static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
+        return std::to_string(percent) + " % of " + human_bytes(total) + " read (" + std::to_string(n_pickles) +
+               (n_pickles == 1 ? " snapshot)" : " snapshots)");
+      },
+      kImportProgressTag);
+  std::uint64_t reported = 0;  // bytes this rank has added to the progress
+  std::size_t taken = 0;       // tasks taken: counted whole
+  auto tick = [&] {
+    std::uint64_t now = 0;
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      now += i < taken ? task_bytes[i] : std::min(read_so_far[i].load(std::memory_order_relaxed), task_bytes[i]);
+    }
+    if (now > reported) progress.add(now - reported);
+    reported = std::max(reported, now);
+  };
   std::vector<LeftOut> left_out;
   try {
-    PickleReader reader(tasks, error.empty() ? threads : 1, memory_budget());
+    PickleReader reader(tasks, error.empty() ? threads : 1, memory_budget(), progress_on && error.empty());
     std::size_t next = 0;
     for (std::size_t end : rank_ends) {
       if (!error.empty()) break;
@@ -474,7 +522,7 @@ int import_main(const ImportCliOptions& o) {
       bool first = true;
       const int rank = tasks[next].options.rank;
       for (; next < end; ++next) {
-        PickleOutcome r = reader.take(next);
+        PickleOutcome r = reader.take(next, tick);
         if (!r.error.empty()) {
           if (!o.keep_going) {
             error = r.error;
@@ -491,8 +539,8 @@ int import_main(const ImportCliOptions& o) {
           }
           merge_into(merged, std::move(r.result.record));
         }
-        ++processed;
-        progress.add(1);
+        taken = next + 1;
+        tick();
       }
       if (!error.empty() || first) continue;  // nothing readable: the rank comes out missing
       std::string werr;
@@ -506,7 +554,7 @@ int import_main(const ImportCliOptions& o) {
   } catch (const std::exception& e) {
     if (error.empty()) error = e.what();
   }
-  progress.add(my_pickles - processed);  // what an error skipped, so that rank 0 stops waiting
+  progress.add(my_bytes - reported);  // what an error skipped, so that rank 0 stops waiting
   progress.finish();
   int code = 0;
   if (const std::string first = mpi::agree_on_error(*comm, error); !first.empty()) {
@@ -531,7 +579,7 @@ int import_main(const ImportCliOptions& o) {
     ao.overwrite = o.overwrite;
     ao.keep_going = o.keep_going || world > static_cast<int>(by_rank.size());
     ao.verb = o.verb;
-    ao.progress = Progress::wanted();
+    ao.progress = progress_on;
     std::ostringstream warnings;
     ao.log = &warnings;
     AggregateDone done;

@@ -2,6 +2,7 @@
 // values and never imports or calls anything.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -139,6 +140,10 @@ class Value {
 /// Limits of the reader; defaults fit any snapshot.
 struct ReadOptions {
   std::uint32_t max_depth = 10000;  // nesting past this is rejected (protects every consumer)
+  // Where the reader adds the bytes it has read past, every 16 MiB (for a progress line; read
+  // from another thread). The memo pre-pass is not counted; a pickle read again whole counts
+  // twice.
+  std::atomic<std::uint64_t>* progress = nullptr;
 };
 
 /// A file's bytes: mapped read-only when it is a regular file, else read into memory. Pages the

@@ -75,7 +75,8 @@ class Builder {
   std::vector<Node> m_small_ints;
   static constexpr std::int64_t kSmallInts = 1 << 16;
 
-  // Page release of a mapped file behind the reader.
+  // Every kReleaseStep bytes: the mapped file's pages behind the reader released, the bytes
+  // passed added to ReadOptions::progress.
   static constexpr std::size_t kReleaseStep = std::size_t{16} << 20;
   std::size_t m_release_at = kReleaseStep;
   std::size_t m_released = 0;

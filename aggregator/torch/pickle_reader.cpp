@@ -16,7 +16,7 @@ using namespace opcodes;
 
 ValuePtr Builder::run() {
   while (m_pos < m_data.size()) {
-    if (m_file && m_pos >= m_release_at) release_behind();
+    if (m_pos >= m_release_at) release_behind();
     m_op_offset = m_pos;
     m_op = static_cast<std::uint8_t>(m_data[m_pos++]);
     if (m_early_end) guard_placeholders();
@@ -31,7 +31,8 @@ ValuePtr Builder::run() {
 // --- raw input ----------------------------------------------------------------------------------
 
 void Builder::release_behind() {
-  m_file->release(m_released, m_pos);
+  if (m_file) m_file->release(m_released, m_pos);
+  if (m_opt.progress) m_opt.progress->fetch_add(m_pos - m_released, std::memory_order_relaxed);
   m_released = m_pos;
   m_release_at = m_pos + kReleaseStep;
 }

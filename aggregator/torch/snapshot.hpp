@@ -56,6 +56,9 @@ struct ImportOptions {
   std::int64_t batch_start = -1;  // -1: derived (see import_snapshot_full)
   int expected_batches = 0;       // batches the window spans when known (the config's interval)
   std::string run_name;
+  // Bytes of the pickle read so far, added as the reader passes them (pickle::ReadOptions::
+  // progress): for a progress line, read from another thread.
+  std::atomic<std::uint64_t>* progress = nullptr;
 };
 
 /// The record plus what has no place in it, as JSON (pickled values as to_json writes them):

@@ -393,7 +393,9 @@ namespace {
 // A streaming read, and the import of what it gave; read again whole when it could not stream.
 ImportResult import_bytes(std::string_view data, const pickle::MappedFile* file, const ImportOptions& opt) {
   auto importer = std::make_unique<SnapshotImporter>(opt, true);
-  pickle::StreamedRead read = pickle::read_streaming(data, *importer, {}, file);
+  pickle::ReadOptions read_options;
+  read_options.progress = opt.progress;
+  pickle::StreamedRead read = pickle::read_streaming(data, *importer, read_options, file);
   if (read.streamed) return importer->import_streamed(*read.root);
   return SnapshotImporter(opt, false).import_tree(*read.root);
 }

@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "memsnap/import_export.hpp"
 #include "memsnap/mpi.hpp"
+#include "memsnap/numeric.hpp"
 #include "memsnap/report.hpp"
 #include "memsnap/store.hpp"
 
@@ -48,13 +49,6 @@ std::string folder_refusal(const fs::path& dir, const fs::path& store, bool over
   if (ec) return dir.string() + ": cannot list the folder: " + ec.message();
   // The report folder as memsnap report itself judges it (its marker), asked before the import.
   return report_folder_refusal(dir / kReportDir, overwrite);
-}
-
-std::string size_in_words(std::uintmax_t bytes) {
-  char text[32];
-  if (bytes >= (1ULL << 30)) std::snprintf(text, sizeof text, "%.1f GB", static_cast<double>(bytes) / 1e9);
-  else std::snprintf(text, sizeof text, "%.1f MB", static_cast<double>(bytes) / 1e6);
-  return text;
 }
 
 }  // namespace
@@ -152,7 +146,7 @@ void add_view(CLI::App& app, int& code) {
         if (!ec) bytes += n;
       }
       std::cerr << kVerb << ": reading " << o.pickles.size() << " snapshot" << (o.pickles.size() == 1 ? "" : "s")
-                << " (" << size_in_words(bytes) << ") into " << o.output.string() << "\n";
+                << " (" << human_bytes(bytes) << ") into " << o.output.string() << "\n";
     }
     code = import_main(o);
     if (code != 0) {

@@ -72,6 +72,48 @@ TEST(ViewTest, ARealPickleBecomesAPageBesideItAndItsPathIsPrinted) {
   EXPECT_TRUE(fs::is_regular_file(page));
 }
 
+// A long import says on a terminal how far it has read, within one pickle too (the reader's
+// bytes, every 16 MiB), and says nothing of it in a pipe. `script` gives the command a terminal;
+// MEMSNAP_PROGRESS_DELAY=0 shows the line at once, not after a second.
+TEST(ViewTest, ALongImportSaysHowFarItHasReadOnATerminal) {
+  const fs::path gen = fs::path(MEMSNAP_BIN_DIR) / "gen_torch_snapshot";
+  if (!fs::exists(gen)) GTEST_SKIP() << "no " << gen << " (tests/bench not built)";
+  if (sh("command -v script").code != 0) GTEST_SKIP() << "no script(1) to give a terminal";
+  test::TempDir dir;
+  const fs::path pickle = dir / "big.pickle";  // 400k entries, 45 MB
+  ASSERT_EQ(sh(gen.string() + " " + pickle.string() + " --entries 400k --frames-per-entry 16 --torch-frames").code, 0);
+  const std::string view = "env MEMSNAP_PROGRESS_DELAY=0 " + kMemsnap + " view " + pickle.string();
+  auto r = sh("script -qec " + test::shell_quote(view) + " /dev/null </dev/null");
+  ASSERT_EQ(r.code, 0) << r.out;
+  // The line is rewritten in place ("\r"): every state of it.
+  std::vector<int> percents;
+  std::string line;
+  for (char c : r.out + "\n") {
+    if (c != '\r' && c != '\n') {
+      line += c;
+      continue;
+    }
+    const auto at = line.find(" % of ");
+    if (line.rfind("memsnap view: ", 0) == 0 && at != std::string::npos) {
+      percents.push_back(std::atoi(line.c_str() + 14));
+      EXPECT_NE(line.find(" read (1 snapshot)"), std::string::npos) << line;
+    }
+    line.clear();
+  }
+  ASSERT_FALSE(percents.empty()) << r.out;
+  EXPECT_TRUE(std::is_sorted(percents.begin(), percents.end())) << r.out;
+  EXPECT_EQ(percents.back(), 100) << r.out;
+  EXPECT_TRUE(std::any_of(percents.begin(), percents.end(), [](int p) { return p > 0 && p < 100; }))
+      << "no line from within the pickle: " << r.out;
+  EXPECT_TRUE(fs::is_regular_file(dir / "big.memsnap/report/index.html"));
+
+  // In a pipe: no progress line, and no carriage return.
+  r = sh(view + " --overwrite");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find(" % of "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+}
+
 TEST(ViewTest, ComposerNamesGiveRankAndBatch) {
   test::TempDir dir;
   const fs::path pickle = dir / "rank1.5.pt.trace.memory_snapshot.pickle";

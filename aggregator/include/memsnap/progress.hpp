@@ -7,22 +7,34 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "memsnap/mpi.hpp"
 
 namespace memsnap {
 
-/// Counts finished items across ranks (point-to-point, workers -> rank 0, one message per
-/// finished item; each rank's counts must sum to its share of `total`). Rank 0 drains the others'
-/// counts between its own items and in finish(). The line ("memsnap import: 3/8 snapshots read")
-/// updates in place, first shown once the work has taken a second.
+/// Counts finished work across ranks (point-to-point, workers -> rank 0, one message per add;
+/// each rank's counts must sum to its share of `total`). Rank 0 drains the others' counts between
+/// its own adds and in finish(). The line ("memsnap aggregate: 3/8 ranks written") updates in
+/// place, first shown once the work has taken a second (MEMSNAP_PROGRESS_DELAY: other seconds, as
+/// git's GIT_PROGRESS_DELAY).
 class Progress {
  public:
-  /// `label`: the line's start ("memsnap aggregate"), `unit`: what is counted ("ranks written").
-  /// Off (`on` false) it sends and prints nothing; every rank must agree on `on`.
+  /// What the line says after the label, given the count done and the total.
+  using Text = std::function<std::string(std::size_t done, std::size_t total)>;
+
+  /// `label`: the line's start ("memsnap aggregate"), `unit`: what is counted ("ranks written"),
+  /// or `text` says it. Off (`on` false) it sends and prints nothing; every rank must agree on `on`.
   Progress(const mpi::Comm& comm, bool on, std::size_t total, std::string label, std::string unit, int tag)
-      : m_comm(comm), m_on(on), m_total(total), m_label(std::move(label)), m_unit(std::move(unit)), m_tag(tag) {}
+      : m_comm(comm), m_on(on), m_total(total), m_label(std::move(label)), m_tag(tag) {
+    m_text = [unit = std::move(unit)](std::size_t done, std::size_t total_) {
+      return std::to_string(done) + "/" + std::to_string(total_) + " " + unit;
+    };
+  }
+  Progress(const mpi::Comm& comm, bool on, std::size_t total, std::string label, Text text, int tag)
+      : m_comm(comm), m_on(on), m_total(total), m_label(std::move(label)), m_text(std::move(text)), m_tag(tag) {}
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
@@ -65,20 +77,30 @@ class Progress {
     }
   }
   void print() {
-    if (!m_shown && std::chrono::steady_clock::now() - m_start < std::chrono::seconds(1)) return;
+    if (!m_shown && std::chrono::steady_clock::now() - m_start < m_delay) return;
     m_shown = true;
-    std::fprintf(stderr, "\r%s: %zu/%zu %s", m_label.c_str(), m_done, m_total, m_unit.c_str());
+    // \033[K: the rest of the line cleared, where an earlier text was longer.
+    std::fprintf(stderr, "\r%s: %s\033[K", m_label.c_str(), m_text(m_done, m_total).c_str());
     std::fflush(stderr);
   }
   const mpi::Comm& m_comm;
   bool m_on;
   std::size_t m_total;
   std::string m_label;
-  std::string m_unit;
+  Text m_text;
   int m_tag;
   std::size_t m_done = 0;
   bool m_shown = false;
   std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
+  std::chrono::duration<double> m_delay{delay_seconds()};
+
+  static double delay_seconds() {
+    const char* text = std::getenv("MEMSNAP_PROGRESS_DELAY");
+    if (text == nullptr || *text == '\0') return 1.0;
+    char* end = nullptr;
+    const double v = std::strtod(text, &end);
+    return end != text && *end == '\0' && v >= 0 && v < 1e6 ? v : 1.0;
+  }
 };
 
 }  // namespace memsnap
