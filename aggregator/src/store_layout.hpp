@@ -318,6 +318,41 @@ inline std::vector<std::string> unpack_strings(const std::vector<std::uint8_t>& 
   return out;
 }
 
+// --- the root file's attributes ----------------------------------------------------------------
+
+/// One attribute of the root file (besides format and format_version): its name and the
+/// StoreAttrs member it holds; a store without a `required` one is refused.
+template <class Member>
+struct RootAttr {
+  const char* name;
+  Member StoreAttrs::*member;
+  bool required;
+};
+
+inline constexpr auto kRootAttrs = std::tuple{RootAttr<std::string>{"run_name", &StoreAttrs::run_name, true},
+                                              RootAttr<int>{"world_size", &StoreAttrs::world_size, true},
+                                              RootAttr<std::string>{"created", &StoreAttrs::created, false},
+                                              RootAttr<std::string>{"tool_version", &StoreAttrs::tool_version, false},
+                                              RootAttr<std::string>{"config", &StoreAttrs::config_json, false}};
+
+inline void write_root_attrs(hid_t loc, const StoreAttrs& attrs, const std::string& c) {
+  std::apply([&](const auto&... a) { (h5::write_attr(loc, a.name, attrs.*a.member, c), ...); }, kRootAttrs);
+}
+
+/// Reads the root file's attributes; one that is not `required` and absent reads as empty.
+inline void read_root_attrs(hid_t loc, StoreAttrs& attrs, const std::string& c) {
+  auto read = [&](const auto& a) {
+    if (!a.required && !h5::has_attr(loc, a.name)) return;
+    auto& v = attrs.*a.member;
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) {
+      v = h5::read_attr_string(loc, a.name, c);
+    } else {
+      v = static_cast<std::decay_t<decltype(v)>>(h5::read_attr<std::int64_t>(loc, a.name, c));
+    }
+  };
+  std::apply([&](const auto&... a) { (read(a), ...); }, kRootAttrs);
+}
+
 // --- the attributes of /rank/<r> -------------------------------------------------------------
 
 /// One attribute of /rank/<r>: its name in the file, the RankMeta member and the RankInfo member

@@ -236,11 +236,7 @@ StoreInfo StoreReader::info() const {
   const auto& c = m_impl->c;
   StoreInfo info;
   info.format_version = static_cast<int>(h5::read_attr<std::int64_t>(m_impl->file, "format_version", c));
-  info.run_name = h5::read_attr_string(m_impl->file, "run_name", c);
-  info.world_size = static_cast<int>(h5::read_attr<std::int64_t>(m_impl->file, "world_size", c));
-  info.created = attr_or(m_impl->file, "created", c);
-  info.tool_version = attr_or(m_impl->file, "tool_version", c);
-  info.config_json = attr_or(m_impl->file, "config", c);
+  layout::read_root_attrs(m_impl->file, info, c);
   info.ranks = ranks();
   info.rows = summary();
   return info;

@@ -219,11 +219,10 @@ void write_root_file(const std::filesystem::path& path, const StoreIndex& index)
   Handle file = create_file(path);
   h5::write_attr(file, "format", kStoreFormat, c);
   h5::write_attr(file, "format_version", kStoreFormatVersion, c);
-  h5::write_attr(file, "run_name", index.run_name, c);
-  h5::write_attr(file, "world_size", index.world_size, c);
-  h5::write_attr(file, "created", index.created.empty() ? iso_now() : index.created, c);
-  h5::write_attr(file, "tool_version", index.tool_version.empty() ? std::string(kVersion) : index.tool_version, c);
-  h5::write_attr(file, "config", index.config_json, c);
+  StoreAttrs attrs = index;
+  if (attrs.created.empty()) attrs.created = iso_now();
+  if (attrs.tool_version.empty()) attrs.tool_version = kVersion;
+  layout::write_root_attrs(file, attrs, c);
 
   write_table(file, "ranks", index.ranks, 0, c);
   write_table(file, "summary", index.rows, 1, c);

@@ -54,6 +54,19 @@ void make_run(const fs::path& run) {
   test::cut_file(run / "spill" / spill_file_name(4, 1004), 5);
 }
 
+// The root file written again from `info` (its attributes, /ranks, /summary), `sites` and
+// `findings`: the store as it was, but for what the test changed in those.
+void rewrite_root(const fs::path& store, const StoreInfo& info, const std::vector<SiteRow>& sites, const StoreFindings& findings) {
+  StoreIndex index;
+  static_cast<StoreAttrs&>(index) = info;
+  index.ranks = info.ranks;
+  index.rows = info.rows;
+  index.sites = sites;
+  index.findings = &findings;
+  fs::remove(store);
+  write_root_file(store, index);
+}
+
 std::vector<std::string> kinds(const std::vector<Finding>& f) {
   std::vector<std::string> out;
   for (const auto& x : f) out.push_back(x.kind + " " + std::to_string(x.rank));
@@ -213,17 +226,7 @@ TEST(FindingsStore, ReportShowsTheStoresFindings) {
                                     .detail = "a finding only the store knows of",
                                     .method = "recorded"});
     // The store as it was, but for that finding.
-    const StoreIndex index{.run_name = info.run_name,
-                           .world_size = info.world_size,
-                           .config_json = info.config_json,
-                           .created = info.created,
-                           .tool_version = info.tool_version,
-                           .ranks = info.ranks,
-                           .rows = info.rows,
-                           .sites = reader.sites(),
-                           .findings = &kept};
-    fs::remove(store);
-    write_root_file(store, index);
+    rewrite_root(store, info, reader.sites(), kept);
   }
   const auto r = sh(shell_quote(cli()) + " report --no-upload -o " + shell_quote((t / "report").string()) + " " +
                       shell_quote(store.string()));
@@ -370,17 +373,7 @@ TEST(FindingsStore, ReportReadsEachWindowsNumbersFromTheStore) {
       }
     }
     ASSERT_FALSE(renamed.empty());
-    const StoreIndex index{.run_name = info.run_name,
-                           .world_size = info.world_size,
-                           .config_json = info.config_json,
-                           .created = info.created,
-                           .tool_version = info.tool_version,
-                           .ranks = info.ranks,
-                           .rows = info.rows,
-                           .sites = sites,
-                           .findings = &findings};
-    fs::remove(store);
-    write_root_file(store, index);
+    rewrite_root(store, info, sites, findings);
   }
   std::size_t shown = 0;
   for (const auto& [name, page] : report("renamed")) {

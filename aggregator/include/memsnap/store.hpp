@@ -114,14 +114,19 @@ struct SiteRow : SiteStat {
   bool operator==(const SiteRow&) const = default;
 };
 
-/// The store's index, everything in the root file.
-struct StoreInfo {
-  int format_version = kStoreFormatVersion;
+/// The root file's attributes besides format and format_version: the run, and who wrote the store
+/// when. Written and read from one table (src/store_layout.hpp, kRootAttrs).
+struct StoreAttrs {
   std::string run_name;
   int world_size = 0;
-  std::string created;
-  std::string tool_version;
   std::string config_json;
+  std::string created;       // ISO 8601 UTC; write_root_file fills it with now when empty
+  std::string tool_version;  // write_root_file fills it with memsnap's when empty
+};
+
+/// The store's index, everything in the root file.
+struct StoreInfo : StoreAttrs {
+  int format_version = kStoreFormatVersion;
   std::vector<RankInfo> ranks;     // by rank
   std::vector<SummaryRow> rows;    // by rank, then window
 };
@@ -165,12 +170,7 @@ class RankFileWriter {
 };
 
 /// Everything the root file holds.
-struct StoreIndex {
-  std::string run_name;
-  int world_size = 0;
-  std::string config_json;
-  std::string created;       // ISO 8601 UTC; filled with now when empty
-  std::string tool_version;  // filled with memsnap's when empty
+struct StoreIndex : StoreAttrs {
   std::vector<RankInfo> ranks;    // one per rank 0..world_size-1
   std::vector<SummaryRow> rows;
   std::vector<SiteRow> sites;     // site_id is assigned by the writer (sorted unique names)
