@@ -54,7 +54,7 @@ def main():
         for p in args.pickles:
             for name, binary in tools.items():
                 out = os.path.join(work, f"r{rnd}.h5")
-                wall, rss = run_measured(pin + [binary, "import", p, "-o", out, "--overwrite"])
+                wall, rss = run_measured(pin + [binary, "import", p, "--rank", "0", "--batch", "1", "-o", out, "--overwrite"])
                 results.setdefault((p, name), []).append((wall, rss))
                 shutil.rmtree(out + ".d", ignore_errors=True)
                 if os.path.exists(out):

@@ -26,7 +26,7 @@ for stacks in python all; do
 done
 [ ${#pickles[@]} -gt 0 ] || exit 1
 last="${pickles[-1]}"
-.carry/bin/memsnap import "$last" -o "$out/big.h5" --overwrite && .carry/bin/memsnap info "$out/big.h5" | head -20
+.carry/bin/memsnap import "$last" --rank 0 --batch 1 -o "$out/big.h5" --overwrite && .carry/bin/memsnap info "$out/big.h5" | head -20
 # The report of the big store: its pages take each window's numbers from the store.
 rm -rf "$out/big_report"
 time .carry/bin/memsnap report --no-upload -o "$out/big_report" "$out/big.h5" && ls -la "$out/big_report" | head

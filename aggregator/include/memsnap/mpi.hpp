@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cstdint>
 #include <iostream>
 #include <string>
@@ -42,9 +43,20 @@ class Session {
   Session() {
     if (finalized()) throw AggregateError("MPI was already finalized in this process; it cannot be used again");
     if (!initialized()) {
+      // A process no launcher started (`memsnap import`, `view`, `report` on a login node): Open
+      // MPI's singleton would first start a daemon (orted), about half a second, that one process
+      // never needs. Asked for isolation only for this MPI_Init: a command memsnap starts later
+      // (`memsnap run`'s child) does not inherit it. Other MPIs ignore the variable.
+      const char* kIsolated = "OMPI_MCA_ess_singleton_isolated";
+      const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+                            std::getenv("PMI_RANK") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+      const bool isolate = !launched && std::getenv(kIsolated) == nullptr;
+      if (isolate) ::setenv(kIsolated, "1", 0);
       int argc = 0;
       char** argv = nullptr;
-      check(MPI_Init(&argc, &argv), "MPI_Init");
+      const int rc = MPI_Init(&argc, &argv);
+      if (isolate) ::unsetenv(kIsolated);
+      check(rc, "MPI_Init");
       m_owned = true;
     }
   }
