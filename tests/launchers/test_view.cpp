@@ -79,6 +79,7 @@ TEST(ViewTest, ALongImportSaysHowFarItHasReadOnATerminal) {
   const fs::path gen = fs::path(MEMSNAP_BIN_DIR) / "gen_torch_snapshot";
   if (!fs::exists(gen)) GTEST_SKIP() << "no " << gen << " (tests/bench not built)";
   if (sh("command -v script").code != 0) GTEST_SKIP() << "no script(1) to give a terminal";
+  if (sh("script -qec 'test -t 2' /dev/null </dev/null").code != 0) GTEST_SKIP() << "script(1) could not open a terminal here";
   test::TempDir dir;
   const fs::path pickle = dir / "big.pickle";  // 400k entries, 45 MB
   ASSERT_EQ(sh(gen.string() + " " + pickle.string() + " --entries 400k --frames-per-entry 16 --torch-frames").code, 0);
