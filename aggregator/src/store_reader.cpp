@@ -70,13 +70,6 @@ std::string attr_or(hid_t loc, const char* name, const std::string& c, const std
   return h5::has_attr(loc, name) ? h5::read_attr_string(loc, name, c) : fallback;
 }
 
-RecordStatus status_from_name(const std::string& s) {
-  if (s == "ok") return RecordStatus::ok;
-  if (s == "truncated") return RecordStatus::truncated;
-  if (s == "missing") return RecordStatus::missing;
-  return RecordStatus::corrupt;
-}
-
 WindowRecord read_window_group(hid_t g, const std::string& c, bool events = true) {
   WindowRecord w;
   w.batch_start = h5::read_attr<std::int64_t>(g, "batch_start", c);

@@ -31,4 +31,11 @@ const char* status_name(RecordStatus s) {
   return "unknown";
 }
 
+RecordStatus status_from_name(const std::string& name) {
+  for (auto s : {RecordStatus::ok, RecordStatus::truncated, RecordStatus::missing}) {
+    if (name == status_name(s)) return s;
+  }
+  return RecordStatus::corrupt;
+}
+
 }  // namespace memsnap

@@ -41,6 +41,8 @@ enum class RecordStatus : std::uint8_t {
   missing = 3,    // no record for a rank that the others say exists
 };
 const char* status_name(RecordStatus s);
+/// status_name's inverse; a name it does not give reads as corrupt.
+RecordStatus status_from_name(const std::string& name);
 
 // One recorded window of batches [batch_start, batch_end]. Named by batch_end (Composer's {batch}).
 struct WindowRecord {
