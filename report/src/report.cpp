@@ -20,6 +20,7 @@
 #include <iostream>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "html/html.hpp"
 #include "memsnap/aggregate.hpp"
@@ -285,6 +286,8 @@ int report_main(const ReportOptions& options) {
   std::vector<PageDigest> digests;
   const std::string tmpl = filename_template(info);
   std::size_t total_windows = 0, my_windows = 0;
+  std::vector<SiteRow> sites;  // /sites: the windows' numbers (step 1) and the cross page (step 2)
+  bool sites_read = false;
   for (const auto& r : info.ranks) {
     total_windows += r.n_windows;
     if (r.rank % comm->size() == comm->rank()) my_windows += r.n_windows;
@@ -296,19 +299,23 @@ int report_main(const ReportOptions& options) {
       // Each window's numbers as the store keeps them (one analysis, when it was written); a
       // store of an earlier format version keeps no /digest, and its windows are analysed here.
       std::vector<std::vector<WindowStats>> stored;
-      if (store->has_findings()) stored = stored_window_stats(*store);
+      if (my_windows > 0 && store->has_findings()) {
+        sites = store->sites();
+        sites_read = true;
+        stored = stored_window_stats(info, sites, store->digest());
+      }
       for (const auto& r : info.ranks) {
         if (r.rank % comm->size() != comm->rank() || r.n_windows == 0) continue;
         const RankRecord record = store->read_rank(r.rank);
         // A rank whose analysis failed when the store was written has windows but no rows.
-        const std::vector<WindowStats>* kept =
+        std::vector<WindowStats>* kept =
             r.rank >= 0 && static_cast<std::size_t>(r.rank) < stored.size() ? &stored[static_cast<std::size_t>(r.rank)] : nullptr;
         if (kept != nullptr && kept->size() != record.windows.size()) kept = nullptr;
         std::vector<std::string> names;
         for (const auto& w : record.windows) names.push_back(page_name(tmpl, info.run_name, r, info.world_size, w.batch_end));
         for (std::size_t i = 0; i < record.windows.size(); ++i) {
           const WindowRecord& w = record.windows[i];
-          const WindowStats stats = kept != nullptr ? (*kept)[i] : analyse_window(record, w);
+          const WindowStats stats = kept != nullptr ? std::move((*kept)[i]) : analyse_window(record, w);
           const json links = {{"index", "index.html"},
                               {"prev", i > 0 ? json(names[i - 1]) : json(nullptr)},
                               {"next", i + 1 < names.size() ? json(names[i + 1]) : json(nullptr)}};
@@ -368,7 +375,8 @@ int report_main(const ReportOptions& options) {
       // The findings the store holds (computed when it was written); a store of an earlier
       // format version has none, and they are computed from its rank files.
       const std::vector<Finding> found = store->has_findings() ? store->findings() : compute_store_findings(*store).findings;
-      cross = cross_rank_analysis(info, store->sites(), found, all);
+      if (!sites_read) sites = store->sites();
+      cross = cross_rank_analysis(info, sites, found, all);
       all.clear();
       write_file(staging / "index.html", report::render_cross_page(cross->page));
       json summary = store_info_json(*store);

@@ -140,12 +140,15 @@ nlohmann::json peak_imbalance(const StoreInfo& info, const std::vector<Finding>&
 /// analysed again (as `memsnap aggregate` does).
 StoreFindings compute_store_findings(const StoreReader& store);
 
-/// Each window's analysis as a store of format version 3 keeps it (/summary, /sites, /digest),
-/// indexed by rank then window: what analyse_window gave when the store was written, read back
-/// without replaying a window (`memsnap report`). Not kept, so left at their defaults:
+/// Each window's analysis as a store of format version 3 keeps it (`info`'s /summary rows, the
+/// /sites rows, /digest), indexed by rank then window: what analyse_window gave when the store was
+/// written, without replaying a window (`memsnap report`). Not kept, so left at their defaults:
 /// reserved_seen, and the window's oom_site, live_at_oom and oom_went_on where its first OOM came
-/// before its first batch (an OOM in a batch has them in that BatchStat). Throws StoreError for a
-/// store without /digest (has_findings false): analyse_window its windows instead.
+/// before its first batch (an OOM in a batch has them in that BatchStat).
+std::vector<std::vector<WindowStats>> stored_window_stats(const StoreInfo& info, const std::vector<SiteRow>& sites,
+                                                          const DigestTables& digest);
+/// The same, read from `store`. Throws StoreError for a store without /digest (has_findings
+/// false): analyse_window its windows instead.
 std::vector<std::vector<WindowStats>> stored_window_stats(const StoreReader& store);
 
 }  // namespace memsnap

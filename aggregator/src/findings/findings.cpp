@@ -150,7 +150,11 @@ std::vector<std::vector<WindowStats>> stored_window_stats(const StoreReader& sto
   if (!store.has_findings()) {
     throw StoreError(store.path().string() + ": no /digest (a store of format version 2 or earlier): its windows must be analysed");
   }
-  const StoreInfo info = store.info();
+  return stored_window_stats(store.info(), store.sites(), store.digest());
+}
+
+std::vector<std::vector<WindowStats>> stored_window_stats(const StoreInfo& info, const std::vector<SiteRow>& sites,
+                                                          const DigestTables& digest) {
   std::vector<std::vector<WindowStats>> out(static_cast<std::size_t>(std::max(info.world_size, 0)));
   auto at = [&](int rank, int window) -> WindowStats* {
     if (rank < 0 || static_cast<std::size_t>(rank) >= out.size() || window < 0) return nullptr;
@@ -167,16 +171,13 @@ std::vector<std::vector<WindowStats>> stored_window_stats(const StoreReader& sto
     s.batch_end = row.batch_end;
     s.oom = row.oom;
     s.oom_requested = row.oom_requested;
-    for (auto st : {RecordStatus::ok, RecordStatus::truncated, RecordStatus::corrupt, RecordStatus::missing}) {
-      if (row.status == status_name(st)) s.status = st;
-    }
+    s.status = status_from_name(row.status);
     for (int c = 0; c < kCategoryCount; ++c) s.category_bytes_at_peak[c] = row.category_bytes[static_cast<std::size_t>(c)];
   }
   // /sites: each window's top sites, largest first, as the writer kept them.
-  for (const auto& site : store.sites()) {
+  for (const auto& site : sites) {
     if (WindowStats* s = at(site.rank, site.window)) s->sites.push_back(static_cast<const SiteStat&>(site));
   }
-  const DigestTables digest = store.digest();
   for (const auto& row : digest.windows) {
     if (WindowStats* s = at(row.rank, row.window)) static_cast<WindowGrowth&>(*s) = row;
   }
