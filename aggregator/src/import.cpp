@@ -232,19 +232,16 @@ unsigned reader_threads(const mpi::Comm& comm) {
 
 /// Reads the tasks' pickles ahead on `threads` threads, in task order, while the caller takes the
 /// outcomes in that same order. A pickle starts only while the memory the started and not yet
-/// taken ones need (file size x kMemoryPerPickleByte) stays within `budget`, or when none is in
-/// flight. With one thread it reads each pickle in take(), as a serial import does, unless
+/// taken ones need (its size in `bytes` x kMemoryPerPickleByte) stays within `budget`, or when
+/// none is in flight. With one thread it reads each pickle in take(), as a serial import does, unless
 /// `ticking`: then one thread reads, and take() calls its `tick` while it waits (a progress line
 /// within a large pickle).
 class PickleReader {
  public:
-  PickleReader(const std::vector<PickleTask>& tasks, unsigned threads, std::uint64_t budget, bool ticking)
+  PickleReader(const std::vector<PickleTask>& tasks, const std::vector<std::uint64_t>& bytes, unsigned threads,
+               std::uint64_t budget, bool ticking)
       : m_tasks(tasks), m_slots(tasks.size()), m_budget(budget) {
-    for (std::size_t i = 0; i < tasks.size(); ++i) {
-      std::error_code ec;
-      const auto bytes = fs::file_size(tasks[i].path, ec);
-      m_slots[i].cost = (ec ? 0 : bytes) * kMemoryPerPickleByte;
-    }
+    for (std::size_t i = 0; i < tasks.size(); ++i) m_slots[i].cost = bytes[i] * kMemoryPerPickleByte;
     threads = static_cast<unsigned>(std::min<std::size_t>(threads, tasks.size()));
     if (threads <= 1 && !ticking) return;
     for (unsigned i = 0; i < threads; ++i) m_threads.emplace_back([this] { work(); });
@@ -473,8 +470,8 @@ int import_main(const ImportCliOptions& o) {
     error = e.what();
   }
   // Progress in bytes of the pickles read (torch::ImportOptions::progress), so that the line
-  // moves within one large pickle too.
-  // Rank 0's terminal decides, for every rank (Progress needs them to agree).
+  // moves within one large pickle too; rank 0's terminal decides, for every rank (Progress needs
+  // them to agree). Each pickle's size (0 where it cannot be read) also sets its memory cost.
   int progress_wanted = root && Progress::wanted() ? 1 : 0;
   MPI_Bcast(&progress_wanted, 1, MPI_INT, 0, comm->get());
   const bool progress_on = progress_wanted != 0;
@@ -514,7 +511,7 @@ int import_main(const ImportCliOptions& o) {
   };
   std::vector<LeftOut> left_out;
   try {
-    PickleReader reader(tasks, error.empty() ? threads : 1, memory_budget(), progress_on && error.empty());
+    PickleReader reader(tasks, task_bytes, error.empty() ? threads : 1, memory_budget(), progress_on && error.empty());
     std::size_t next = 0;
     for (std::size_t end : rank_ends) {
       if (!error.empty()) break;
