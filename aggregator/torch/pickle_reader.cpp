@@ -431,19 +431,19 @@ void Builder::step() {
       return;
     }
     case STRING: {
-        std::string text;
-        const char* problem = nullptr;
-        if (!decode_string_literal(take_line(), text, problem)) fail(problem);
-        push(make_text(Kind::string, text));
-        return;
-      }
+      std::string text;
+      const char* problem = nullptr;
+      if (!decode_string_literal(take_line(), text, problem)) fail(problem);
+      push(make_text(Kind::string, text));
+      return;
+    }
     case UNICODE: {
-        std::string text;
-        const char* problem = nullptr;
-        if (!decode_raw_unicode_escape(take_line(), text, problem)) fail(problem);
-        push(make_text(Kind::string, text));
-        return;
-      }
+      std::string text;
+      const char* problem = nullptr;
+      if (!decode_raw_unicode_escape(take_line(), text, problem)) fail(problem);
+      push(make_text(Kind::string, text));
+      return;
+    }
     case SHORT_BINBYTES: push(make_text(Kind::bytes, take(take_le(1)))); return;
     case BINBYTES: push(make_text(Kind::bytes, take(take_le(4)))); return;
     case BINBYTES8:
