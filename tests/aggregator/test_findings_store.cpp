@@ -54,6 +54,19 @@ void make_run(const fs::path& run) {
   test::cut_file(run / "spill" / spill_file_name(4, 1004), 5);
 }
 
+// The store as memsnap wrote format version 2: no /findings, no /digest.
+void as_format_version_2(const fs::path& store) {
+  const hid_t f = H5Fopen(store.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  EXPECT_GE(H5Ldelete(f, "findings", H5P_DEFAULT), 0);
+  EXPECT_GE(H5Ldelete(f, "digest", H5P_DEFAULT), 0);
+  const std::int64_t two = 2;
+  const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+  EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &two), 0);
+  H5Aclose(a);
+  H5Fclose(f);
+}
+
 // The root file written again from `info` (its attributes, /ranks, /summary), `sites` and
 // `findings`: the store as it was, but for what the test changed in those.
 void rewrite_root(const fs::path& store, const StoreInfo& info, const std::vector<SiteRow>& sites, const StoreFindings& findings) {
@@ -148,18 +161,7 @@ TEST(FindingsStore, AnEarlierFormatsStoreComputesThemOnTheFly) {
   ASSERT_EQ(aggregate(0, t / "run", store).rc, 0);
   const std::vector<Finding> stored = read_findings(store);
   ASSERT_FALSE(stored.empty());
-  // As memsnap wrote format version 2: no /findings, no /digest.
-  {
-    const hid_t f = H5Fopen(store.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    ASSERT_GE(f, 0);
-    EXPECT_GE(H5Ldelete(f, "findings", H5P_DEFAULT), 0);
-    EXPECT_GE(H5Ldelete(f, "digest", H5P_DEFAULT), 0);
-    const std::int64_t two = 2;
-    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-    EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &two), 0);
-    H5Aclose(a);
-    H5Fclose(f);
-  }
+  ASSERT_NO_FATAL_FAILURE(as_format_version_2(store));
   const StoreReader old(store);
   EXPECT_EQ(old.info().format_version, 2);
   EXPECT_FALSE(old.has_findings());
@@ -342,17 +344,7 @@ TEST(FindingsStore, ReportReadsEachWindowsNumbersFromTheStore) {
   // As memsnap wrote format version 2: the pages come from analysing each window again.
   const fs::path v3 = t / "v3.h5";
   fs::copy_file(store, v3);
-  {
-    const hid_t f = H5Fopen(store.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    ASSERT_GE(f, 0);
-    EXPECT_GE(H5Ldelete(f, "findings", H5P_DEFAULT), 0);
-    EXPECT_GE(H5Ldelete(f, "digest", H5P_DEFAULT), 0);
-    const std::int64_t two = 2;
-    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-    EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &two), 0);
-    H5Aclose(a);
-    H5Fclose(f);
-  }
+  ASSERT_NO_FATAL_FAILURE(as_format_version_2(store));
   const auto analysed = report("analysed");
   ASSERT_EQ(analysed.size(), kept.size());
   for (const auto& [name, page] : kept) EXPECT_TRUE(analysed.at(name) == page) << name << " differs";

@@ -491,7 +491,9 @@ TEST(Cli, OverwriteNeverReplacesWhatMemsnapDidNotWrite) {
         EXPECT_NE(r.out.find("memsnap did not write"), std::string::npos) << r.out;
         EXPECT_NE(r.out.find("choose another -o"), std::string::npos) << r.out;
         EXPECT_EQ(r.out.find("--overwrite replaces"), std::string::npos) << "never suggested where refused: " << r.out;
-        if (cmd.rfind(kMpirun, 0) != 0) EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+        if (cmd.rfind(kMpirun, 0) != 0) {
+          EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+        }
         EXPECT_EQ(tree(watched), before) << cmd;
         EXPECT_EQ(tree(out), before_root) << cmd;
         EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>()) << cmd;
@@ -612,7 +614,7 @@ TEST(Cli, AFailedImportLeavesTheEarlierStoreAndNothingElse) {
   // An export that fails while it streams (the disk fills: here a file size limit of 1 KiB, with
   // SIGXFSZ ignored so that the write itself fails) leaves the earlier export, or nothing.
   ASSERT_GT(before.size(), 2048u) << "the window must be larger than the limit";
-  for (const std::string& format : {"torch", "chrome"}) {
+  for (const std::string format : {"torch", "chrome"}) {
     SCOPED_TRACE(format);
     const std::string limited = "trap '' XFSZ; ulimit -f 1; ";
     r = sh(limited + kMemsnap + " export " + store + " --rank 0 --batch 5 --format " + format + " -o " + out +
