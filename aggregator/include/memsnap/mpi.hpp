@@ -43,19 +43,37 @@ class Session {
   Session() {
     if (finalized()) throw AggregateError("MPI was already finalized in this process; it cannot be used again");
     if (!initialized()) {
-      // A process no launcher started (`memsnap import`, `view`, `report` on a login node): Open
-      // MPI's singleton would first start a daemon (orted), about half a second, that one process
-      // never needs. Asked for isolation only for this MPI_Init: a command memsnap starts later
-      // (`memsnap run`'s child) does not inherit it. Other MPIs ignore the variable.
-      const char* kIsolated = "OMPI_MCA_ess_singleton_isolated";
+      // A process no launcher started (`memsnap import`, `view`, `report` on a login node) is a
+      // singleton that only ever talks to itself, yet Open MPI would first start a daemon (orted)
+      // and open every network and GPU component it has: on a GPU host with Ubuntu's Open MPI that
+      // took 0.53 s of a 0.54 s import (hwloc probing the GPUs, UCX, CUDA). Measured there, the
+      // settings below bring it to 0.04 s. They are set only for this MPI_Init, only where the user
+      // has not set them, and taken back after, so a command memsnap starts later (`memsnap run`'s
+      // child) inherits none of them. Other MPIs ignore these variables.
       const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
                             std::getenv("PMI_RANK") != nullptr || std::getenv("PMI_SIZE") != nullptr;
-      const bool isolate = !launched && std::getenv(kIsolated) == nullptr;
-      if (isolate) ::setenv(kIsolated, "1", 0);
+      static constexpr const char* kSingleton[][2] = {
+          {"OMPI_MCA_ess_singleton_isolated", "1"},  // no orted
+          {"OMPI_MCA_pml", "ob1"},                   // not UCX
+          {"OMPI_MCA_btl", "self"},                  // one process: no shared memory, no network
+          {"OMPI_MCA_mtl", "^ofi,psm2"},
+          {"OMPI_MCA_osc", "^ucx"},
+          {"OMPI_MCA_coll", "^hcoll"},
+          {"OMPI_MCA_opal_cuda_support", "0"},
+          {"HWLOC_COMPONENTS", "-cuda,-nvml,-opencl,-rsmi,-levelzero,-gl"},  // no GPU probing
+      };
+      std::vector<const char*> set_here;
+      if (!launched) {
+        for (const auto& [name, value] : kSingleton) {
+          if (std::getenv(name) != nullptr) continue;
+          ::setenv(name, value, 0);
+          set_here.push_back(name);
+        }
+      }
       int argc = 0;
       char** argv = nullptr;
       const int rc = MPI_Init(&argc, &argv);
-      if (isolate) ::unsetenv(kIsolated);
+      for (const char* name : set_here) ::unsetenv(name);
       check(rc, "MPI_Init");
       m_owned = true;
     }
