@@ -49,8 +49,32 @@ enum class Kind : std::uint8_t {
 const char* kind_name(Kind k);
 
 class Value;
+// A value tree is built, read and freed by one thread at a time (each pickle is read on one
+// thread, and handed on only when that thread is done with it), so its reference counts need not
+// be atomic: with libstdc++ they are not, which makes the memo references that a snapshot's
+// frames are made of (40 per trace entry) plain increments.
+#if defined(__GLIBCXX__)
+template <typename T>
+using SharedNode = std::__shared_ptr<T, __gnu_cxx::_S_single>;
+template <typename T>
+using WeakNode = std::__weak_ptr<T, __gnu_cxx::_S_single>;
+template <typename T>
+SharedNode<T> make_node() {
+  return std::__make_shared<T, __gnu_cxx::_S_single>();
+}
+#else
+template <typename T>
+using SharedNode = std::shared_ptr<T>;
+template <typename T>
+using WeakNode = std::weak_ptr<T>;
+template <typename T>
+SharedNode<T> make_node() {
+  return std::make_shared<T>();
+}
+#endif
 /// Values are immutable once read and shared: a memo reference in the pickle is the same pointer.
-using ValuePtr = std::shared_ptr<const Value>;
+using ValuePtr = SharedNode<const Value>;
+using WeakValuePtr = WeakNode<const Value>;
 using DictItems = std::vector<std::pair<ValuePtr, ValuePtr>>;
 
 /// One pickled value. Containers hold shared pointers, so a frame list that a snapshot references

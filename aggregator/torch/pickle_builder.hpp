@@ -37,7 +37,7 @@ struct ReadAgainWhole {};
 // without streaming.
 class Builder {
  public:
-  using Node = std::shared_ptr<Value>;
+  using Node = SharedNode<Value>;
 
   Builder(std::string_view data, const ReadOptions& opt, const MemoRefs& refs, const MappedFile* file,
           TraceSink* sink)

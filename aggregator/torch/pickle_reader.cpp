@@ -113,7 +113,7 @@ Builder::Node& Builder::below(std::size_t base) {
 // --- values -------------------------------------------------------------------------------------
 
 Builder::Node Builder::scalar(Kind kind) {
-  auto n = std::make_shared<Value>();
+  auto n = make_node<Value>();
   n->m_kind = kind;
   return n;
 }
@@ -355,7 +355,7 @@ void Builder::step() {
       return;
 
     case NONE:
-      if (!m_none) m_none = std::const_pointer_cast<Value>(Value::none());
+      if (!m_none) m_none = scalar(Kind::none);
       push(m_none);
       return;
     case NEWTRUE:

@@ -110,17 +110,16 @@ std::vector<std::uint32_t> le_magnitude(std::string bytes, bool& negative) {
 }  // namespace
 
 ValuePtr Value::none() {
-  static const ValuePtr shared = std::make_shared<Value>();
-  return shared;
+  return make_node<Value>();  // not one shared node: counts are not atomic (pickle.hpp)
 }
 ValuePtr Value::boolean(bool b) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->m_kind = Kind::boolean;
   v->m_bool = b;
   return v;
 }
 ValuePtr Value::integer(std::int64_t i) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->m_kind = Kind::integer;
   v->m_int = i;
   return v;
@@ -143,25 +142,25 @@ ValuePtr Value::integer_from_le_bytes(std::string_view raw) {
     }
     return integer(static_cast<std::int64_t>(u));
   }
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->m_kind = Kind::big_integer;
   v->m_text = std::move(bytes);
   return v;
 }
 ValuePtr Value::floating(double d) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->m_kind = Kind::floating;
   v->m_float = d;
   return v;
 }
 ValuePtr Value::string(std::string s) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->m_kind = Kind::string;
   v->m_text = std::move(s);
   return v;
 }
 ValuePtr Value::bytes(std::string b) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->m_kind = Kind::bytes;
   v->m_text = std::move(b);
   return v;
@@ -170,7 +169,7 @@ namespace {
 std::uint32_t child_depth(const ValuePtr& p) { return p ? p->depth() + 1 : 1; }
 }  // namespace
 ValuePtr Value::list(std::vector<ValuePtr> items) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->m_kind = Kind::list;
   v->m_depth = 1;
   for (const auto& i : items) v->m_depth = std::max(v->m_depth, child_depth(i));
@@ -178,7 +177,7 @@ ValuePtr Value::list(std::vector<ValuePtr> items) {
   return v;
 }
 ValuePtr Value::tuple(std::vector<ValuePtr> items) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->m_kind = Kind::tuple;
   v->m_depth = 1;
   for (const auto& i : items) v->m_depth = std::max(v->m_depth, child_depth(i));
@@ -186,7 +185,7 @@ ValuePtr Value::tuple(std::vector<ValuePtr> items) {
   return v;
 }
 ValuePtr Value::dict(DictItems items) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->m_kind = Kind::dict;
   v->m_depth = 1;
   for (const auto& [k, val] : items)

@@ -21,6 +21,7 @@ namespace memsnap::torch::detail {
 using pickle::Kind;
 using pickle::Value;
 using pickle::ValuePtr;
+using pickle::WeakValuePtr;
 
 // --- typed field access with snapshot-level errors -------------------------------------------
 

@@ -23,7 +23,7 @@ namespace memsnap::torch::detail {
 // together) without keeping the node, and what it holds, alive. A streamed import frees most
 // nodes soon after they are met, so before a table grows it drops the entries whose nodes are
 // gone: the memory they pin stays bounded by the nodes still alive, not by every node ever met.
-inline bool alive(const Value* node, const std::weak_ptr<const Value>& pin) { return !node || !pin.expired(); }
+inline bool alive(const Value* node, const WeakValuePtr& pin) { return !node || !pin.expired(); }
 // Slots for `live` entries, at most a quarter full: the next sweep is that many inserts away.
 inline std::size_t table_size(std::size_t live) {
   std::size_t n = 1024;
@@ -51,7 +51,7 @@ class NodeIds {
   struct Slot {
     const Value* node = nullptr;
     std::uint32_t id = 0;
-    std::weak_ptr<const Value> pin;
+    WeakValuePtr pin;
   };
   std::vector<Slot> m_slots;
   std::size_t m_used = 0;
@@ -105,7 +105,7 @@ class FrameNodeIds {
     const Value* file = nullptr;
     std::uint32_t line = 0;
     std::uint32_t id = kNone;
-    std::weak_ptr<const Value> name_pin, file_pin;
+    WeakValuePtr name_pin, file_pin;
   };
   std::vector<Slot> m_slots;
   std::size_t m_used = 0;

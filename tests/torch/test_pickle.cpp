@@ -519,7 +519,7 @@ TEST(PickleTest, EarlyStreamedEntriesFallBackWhenUsedOtherwise) {
 // freed with the second, not kept to the end of the read.
 TEST(PickleTest, MemoReleasesANodeAfterItsLastReference) {
   struct WatchingSink : pickle::TraceSink {
-    std::vector<std::weak_ptr<const Value>> frames;
+    std::vector<pickle::WeakValuePtr> frames;
     std::vector<bool> alive_at;  // at each entry: is entry 0's frames list still alive?
     bool begin(const ValuePtr&) override { return true; }
     void entry(std::size_t, std::size_t, const ValuePtr& e) override {
