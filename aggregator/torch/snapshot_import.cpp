@@ -29,8 +29,9 @@ namespace {
 // the rest of the root dict (finish).
 class SnapshotImporter final : public pickle::TraceSink {
  public:
-  SnapshotImporter(const ImportOptions& opt, bool streaming)
-      : m_opt(opt), m_stacks(m_result.record, !streaming) {
+  // `pickle_bytes`: the size of the pickle, an upper bound on its trace entries (below).
+  SnapshotImporter(const ImportOptions& opt, bool streaming, std::size_t pickle_bytes)
+      : m_opt(opt), m_stacks(m_result.record, !streaming), m_entries_at_most(pickle_bytes / kLeastEntryBytes) {
     m_result.extras = nlohmann::json::object();
     RankRecord& rec = m_result.record;
     rec.meta.rank = opt.rank;
@@ -70,6 +71,9 @@ class SnapshotImporter final : public pickle::TraceSink {
 
  private:
   static constexpr std::size_t kSegmentsFailed = std::numeric_limits<std::size_t>::max();
+  // The fewest bytes a trace entry takes in a pickle: a dict of six keys, each key and value a
+  // memo reference or a short int, is about 45.
+  static constexpr std::size_t kLeastEntryBytes = 40;
 
   const ImportOptions& m_opt;
   ImportResult m_result;
@@ -79,7 +83,11 @@ class SnapshotImporter final : public pickle::TraceSink {
   std::vector<std::uint32_t> m_segment_stacks;
   nlohmann::json m_seg_extras = nlohmann::json::array();
   // Device traces, merged by time at the end with each device's own order kept.
+  // The first device with entries has its events reserved for as many entries as the pickle can hold: address
+  // space only (pages are touched as events come), and no copy or fresh pages each time the
+  // vector would have doubled.
   std::vector<std::vector<Event>> m_per_device;
+  std::size_t m_entries_at_most;
   // Entries whose values differ from what export writes by default. compile_context and
   // user_metadata missing from every entry (torch before 2.2 wrote neither) are noted once, in
   // "trace_absent", not per entry.
@@ -223,6 +231,10 @@ class SnapshotImporter final : public pickle::TraceSink {
     auto where = [&] { return "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]"; };
     if (!entry.is_dict()) bad(where(), std::string("expected a dict, got ") + pickle::kind_name(entry.kind()));
     if (m_per_device.size() <= d) m_per_device.resize(d + 1);
+    if (m_entries_at_most != 0 && m_per_device[d].capacity() == 0) {
+      m_per_device[d].reserve(m_entries_at_most);
+      m_entries_at_most = 0;
+    }
     const ValuePtr* at[kEntryKeyCount] = {};
     for (const auto& item : entry.dict_items()) {
       const EntryKey k = entry_key(*item.first);
@@ -371,7 +383,7 @@ class SnapshotImporter final : public pickle::TraceSink {
 }  // namespace
 
 ImportResult import_snapshot_full(const Value& root, const ImportOptions& opt) {
-  SnapshotImporter importer(opt, false);
+  SnapshotImporter importer(opt, false, 0);  // a tree: no size to reserve by
   return importer.import_tree(root);
 }
 
@@ -392,12 +404,12 @@ std::string without_prefix(std::string message) {
 namespace {
 // A streaming read, and the import of what it gave; read again whole when it could not stream.
 ImportResult import_bytes(std::string_view data, const pickle::MappedFile* file, const ImportOptions& opt) {
-  auto importer = std::make_unique<SnapshotImporter>(opt, true);
+  auto importer = std::make_unique<SnapshotImporter>(opt, true, data.size());
   pickle::ReadOptions read_options;
   read_options.progress = opt.progress;
   pickle::StreamedRead read = pickle::read_streaming(data, *importer, read_options, file);
   if (read.streamed) return importer->import_streamed(*read.root);
-  return SnapshotImporter(opt, false).import_tree(*read.root);
+  return SnapshotImporter(opt, false, data.size()).import_tree(*read.root);
 }
 
 // Every error names its source: "X.pickle: not a PyTorch snapshot: opcode BINGET (0x68) at byte 0 ...".
