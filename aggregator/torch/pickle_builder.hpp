@@ -43,6 +43,7 @@ class Builder {
           TraceSink* sink)
       : m_data(data), m_opt(opt), m_refs(refs), m_file(file), m_sink(sink), m_streaming(sink != nullptr) {
     m_slots.resize(refs.slots());
+    for (std::size_t i = 0; i < m_slots.size(); ++i) m_slots[i].last_get = refs.last_gets()[i];
   }
 
   /// Reads to STOP and returns the one value left; PickleError on anything malformed.
@@ -60,7 +61,13 @@ class Builder {
   std::uint8_t m_op = 0;
   std::vector<Node> m_stack;
   std::vector<std::size_t> m_marks;  // stack heights at each open MARK
-  std::vector<Node> m_slots;  // referenced memo entries, by MemoRefs::slot
+  // Referenced memo entries, by MemoRefs::slot, each beside the byte of its last GET (one cache
+  // line for a GET to touch).
+  struct Slot {
+    Node node;
+    std::size_t last_get = 0;
+  };
+  std::vector<Slot> m_slots;
   std::unordered_map<std::uint64_t, Node> m_far_memo;  // referenced entries past the slots' range
   MemoLength m_memo_length;
   // Index of big dicts under construction, so that duplicate keys stay linear to merge.

@@ -1,5 +1,5 @@
-// The memo pre-pass: two scans of the opcodes (lengths only, nothing built) that find which
-// memo entries some GET names and where each is named for the last time.
+// The memo pre-pass: a scan of the opcodes (lengths only, nothing built) that finds which memo
+// entries some GET names and where each is named for the last time.
 #include "torch/pickle_memo_refs.hpp"
 
 #include <algorithm>
@@ -13,14 +13,52 @@ namespace memsnap::pickle {
 using namespace opcodes;
 
 void MemoRefs::note(std::uint64_t i) {
-  if (i >= m_limit) {
-    m_sparse.emplace(i, 0);
-    return;
-  }
   const std::size_t w = static_cast<std::size_t>(i >> 6);
-  if (w >= m_bits.size()) m_bits.resize(std::max(w + 1, m_bits.size() * 2), 0);
-  m_bits[w] |= std::uint64_t{1} << (i & 63);
+  if (w >= m_words.size()) m_words.resize(std::max(w + 1, m_words.size() * 2));
+  m_words[w].bits |= std::uint64_t{1} << (i & 63);
 }
+
+namespace {
+
+// How the scan skips each opcode: the fixed-length ones by their whole length (opcode byte
+// included), the rest by what their argument is.
+enum Skip : std::uint8_t {
+  kEnd = 0,        // STOP, or an opcode the reader refuses or does not know: the scan ends
+  kBinGet = 16,    // a 1-byte memo index
+  kLongBinGet,     // a 4-byte memo index
+  kGet,            // a memo index as a line of text
+  kLine,           // a line of text
+  kCounted1,       // a 1-byte length and that many bytes
+  kCounted4,       // a 4-byte length and that many bytes
+  kSigned4,        // a 4-byte length whose top bit must be clear, and that many bytes
+  kCounted8,       // an 8-byte length and that many bytes
+  kFrame,          // an 8-byte frame length that must fit the rest of the input
+};
+
+struct SkipTable {
+  std::uint8_t skip[256] = {};
+  constexpr SkipTable() {
+    for (std::uint8_t op : {MARK, POP, POP_MARK, DUP, NONE, NEWTRUE, NEWFALSE, EMPTY_LIST, EMPTY_DICT, EMPTY_TUPLE,
+                            LIST, TUPLE, TUPLE1, TUPLE2, TUPLE3, DICT, APPEND, APPENDS, SETITEM, SETITEMS, MEMOIZE})
+      skip[op] = 1;
+    for (std::uint8_t op : {PROTO, BININT1, BINPUT}) skip[op] = 2;
+    skip[BININT2] = 3;
+    for (std::uint8_t op : {BININT, LONG_BINPUT}) skip[op] = 5;
+    skip[BINFLOAT] = 9;
+    skip[BINGET] = kBinGet;
+    skip[LONG_BINGET] = kLongBinGet;
+    skip[GET] = kGet;
+    for (std::uint8_t op : {FLOAT, INT, LONG, STRING, UNICODE, PUT}) skip[op] = kLine;
+    for (std::uint8_t op : {LONG1, SHORT_BINUNICODE, SHORT_BINSTRING, SHORT_BINBYTES}) skip[op] = kCounted1;
+    for (std::uint8_t op : {BINUNICODE, BINBYTES}) skip[op] = kCounted4;
+    for (std::uint8_t op : {LONG4, BINSTRING}) skip[op] = kSigned4;
+    for (std::uint8_t op : {BINUNICODE8, BINBYTES8, BYTEARRAY8}) skip[op] = kCounted8;
+    skip[FRAME] = kFrame;
+  }
+};
+constexpr SkipTable kSkipTable;
+
+}  // namespace
 
 // Stops where the reader would stop (STOP) or fail (a bad length, an opcode it refuses): past
 // that point no reference matters.
@@ -36,28 +74,13 @@ void MemoRefs::scan(std::string_view data, const MappedFile* file, const OnGet& 
     for (int i = 0; i < width; ++i) v |= static_cast<std::uint64_t>(p[at + static_cast<std::size_t>(i)]) << (8 * i);
     return v;
   };
-  // Skips `width` length bytes and the payload they announce; false when it does not fit.
-  auto counted = [&](int width, bool is_signed) {
-    if (n - pos < static_cast<std::size_t>(width)) return false;
-    std::uint64_t len = le(pos, width);
-    if (is_signed && (len & 0x80000000u)) return false;
-    pos += static_cast<std::size_t>(width);
-    if (len > n - pos) return false;
-    pos += static_cast<std::size_t>(len);
-    return true;
-  };
-  auto fixed = [&](std::size_t width) {
-    if (n - pos < width) return false;
-    pos += width;
-    return true;
-  };
-  auto line = [&](std::string_view* text) {
-    const void* end = std::memchr(p + pos, '\n', n - pos);
-    if (!end) return false;
-    const std::size_t e = static_cast<std::size_t>(static_cast<const unsigned char*>(end) - p);
-    if (text) *text = data.substr(pos, e - pos);
-    pos = e + 1;
-    return true;
+  // From `pos` (past the opcode): `width` length bytes and the payload they announce, or npos.
+  auto counted = [&](int width, bool is_signed) -> std::size_t {
+    if (n - pos < static_cast<std::size_t>(width)) return std::string_view::npos;
+    const std::uint64_t len = le(pos, width);
+    if (is_signed && (len & 0x80000000u)) return std::string_view::npos;
+    if (len > n - pos - static_cast<std::size_t>(width)) return std::string_view::npos;
+    return pos + static_cast<std::size_t>(width) + static_cast<std::size_t>(len);
   };
   while (pos < n) {
     if (file && pos - released >= kReleaseStep) {
@@ -65,71 +88,92 @@ void MemoRefs::scan(std::string_view data, const MappedFile* file, const OnGet& 
       released = pos;
     }
     const std::size_t at = pos;
-    const std::uint8_t op = p[pos++];
-    bool ok = true;
-    switch (op) {
-      case STOP: return;
-      case MARK: case POP: case POP_MARK: case DUP: case NONE: case NEWTRUE: case NEWFALSE:
-      case EMPTY_LIST: case EMPTY_DICT: case EMPTY_TUPLE: case LIST: case TUPLE: case TUPLE1:
-      case TUPLE2: case TUPLE3: case DICT: case APPEND: case APPENDS: case SETITEM: case SETITEMS:
-      case MEMOIZE: break;
-      case PROTO: case BININT1: case BINPUT: ok = fixed(1); break;
-      case BININT2: ok = fixed(2); break;
-      case BININT: case LONG_BINPUT: ok = fixed(4); break;
-      case BINFLOAT: ok = fixed(8); break;
-      case FRAME:
-        ok = n - pos >= 8 && le(pos, 8) <= n - pos - 8;
-        pos += ok ? 8 : 0;
-        break;
-      case BINGET:
-        ok = fixed(1);
-        if (ok) on_get(p[pos - 1], at);
-        break;
-      case LONG_BINGET:
-        ok = fixed(4);
-        if (ok) on_get(le(pos - 4, 4), at);
-        break;
-      case GET: {
-        std::string_view text;
-        std::uint64_t v = 0;
-        ok = line(&text);
-        if (ok) {
-          auto [q, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-          ok = ec == std::errc() && q == text.data() + text.size();
-        }
-        if (ok) on_get(v, at);
-        break;
-      }
-      case FLOAT: case INT: case LONG: case STRING: case UNICODE: case PUT: ok = line(nullptr); break;
-      case LONG1: case SHORT_BINUNICODE: case SHORT_BINSTRING: case SHORT_BINBYTES: ok = counted(1, false); break;
-      case LONG4: case BINSTRING: ok = counted(4, true); break;
-      case BINUNICODE: case BINBYTES: ok = counted(4, false); break;
-      case BINUNICODE8: case BINBYTES8: case BYTEARRAY8: ok = counted(8, false); break;
-      default: return;  // refused or unknown: the reader fails here
+    const std::uint8_t skip = kSkipTable.skip[p[pos]];
+    if (skip < kBinGet) {  // fixed length, GETs aside: most opcodes
+      if (skip == kEnd || n - pos < skip) return;
+      pos += skip;
+      continue;
     }
-    if (!ok) return;
+    ++pos;
+    switch (skip) {
+      case kBinGet:
+        if (n - pos < 1) return;
+        on_get(p[pos], at);
+        pos += 1;
+        continue;
+      case kLongBinGet:
+        if (n - pos < 4) return;
+        on_get(le(pos, 4), at);
+        pos += 4;
+        continue;
+      case kGet:
+      case kLine: {
+        const void* end = std::memchr(p + pos, '\n', n - pos);
+        if (!end) return;
+        const std::size_t e = static_cast<std::size_t>(static_cast<const unsigned char*>(end) - p);
+        if (skip == kGet) {
+          const std::string_view text = data.substr(pos, e - pos);
+          std::uint64_t v = 0;
+          auto [q, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+          if (ec != std::errc() || q != text.data() + text.size()) return;
+          on_get(v, at);
+        }
+        pos = e + 1;
+        continue;
+      }
+      case kFrame:
+        if (n - pos < 8 || le(pos, 8) > n - pos - 8) return;
+        pos += 8;
+        continue;
+      default: {
+        const std::size_t next = skip == kCounted1   ? counted(1, false)
+                                 : skip == kCounted4 ? counted(4, false)
+                                 : skip == kSigned4  ? counted(4, true)
+                                                     : counted(8, false);
+        if (next == std::string_view::npos) return;
+        pos = next;
+      }
+    }
   }
 }
 
-MemoRefs::MemoRefs(std::string_view data, const MappedFile* file) {
-  // Indices below this go into a bitmap with a rank per word (a referenced index's slot in a
+MemoRefs::MemoRefs(std::string_view data, const MappedFile* file, std::uint64_t one_pass_indices) {
+  // Indices below the limit go into a bitmap with a rank per word (a referenced index's slot in a
   // vector); larger ones (explicit PUTs far out) into a hash map. MEMOIZE indices stay below the
   // number of bytes, as each costs one.
   m_limit = static_cast<std::uint64_t>(data.size()) + 1;
-  scan(data, file, [this](std::uint64_t i, std::size_t) { note(i); });
-  m_rank.resize(m_bits.size());
-  std::uint64_t total = 0;
-  for (std::size_t w = 0; w < m_bits.size(); ++w) {
-    m_rank[w] = total;
-    total += count_bits(m_bits[w]);
-  }
-  m_slots = static_cast<std::size_t>(total);
-  m_last.resize(m_slots);
-  scan(data, file, [this](std::uint64_t i, std::size_t at) {
-    if (dense(i))
-      m_last[slot(i)] = at;
-    else
+  const std::uint64_t near = std::min(one_pass_indices, m_limit);
+  std::vector<std::size_t> last_plus_one;  // by index below `near`: the last GET's byte + 1, or 0
+  bool beyond = false;                     // a GET of an index in [near, m_limit)
+  // Address space for as many indices as MEMOIZEs could fit in the bytes (pages are touched only
+  // as far as indices go): no copy as the vector grows.
+  last_plus_one.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(near, data.size() / 4)));
+  scan(data, file, [&](std::uint64_t i, std::size_t at) {
+    if (i < near) {
+      if (i >= last_plus_one.size()) last_plus_one.resize(static_cast<std::size_t>(i + 1), 0);
+      last_plus_one[static_cast<std::size_t>(i)] = at + 1;
+    } else if (i < m_limit) {
+      note(i);
+      beyond = true;
+    } else {
       m_sparse[i] = at;
+    }
+  });
+  for (std::size_t i = 0; i < last_plus_one.size(); ++i)
+    if (last_plus_one[i] != 0) note(i);
+  std::uint64_t total = 0;
+  for (Word& word : m_words) {
+    word.rank = total;
+    total += count_bits(word.bits);
+  }
+  m_last.resize(static_cast<std::size_t>(total));
+  for (std::size_t i = 0; i < last_plus_one.size(); ++i)
+    if (last_plus_one[i] != 0) m_last[slot(i)] = last_plus_one[i] - 1;
+  if (!beyond) return;
+  last_plus_one = {};
+  m_passes = 2;
+  scan(data, file, [&](std::uint64_t i, std::size_t at) {
+    if (i >= near && i < m_limit) m_last[slot(i)] = at;
   });
 }
 

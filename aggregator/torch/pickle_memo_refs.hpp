@@ -23,43 +23,55 @@ inline std::uint64_t count_bits(std::uint64_t w) {
 }
 
 // The memo indices that some GET, BINGET or LONG_BINGET names, and the byte of the last GET of
-// each. Two passes over the opcodes (lengths only, nothing built) find them, so that the reader
-// keeps only those nodes, and only until their last reference: every other node is freed as soon
-// as its container is, instead of living in the memo to the end.
+// each. A pass over the opcodes (lengths only, nothing built) finds them, so that the reader keeps
+// only those nodes, and only until their last reference: every other node is freed as soon as its
+// container is, instead of living in the memo to the end.
+//
+// The pass notes each GET's byte by memo index in a plain vector, for indices below
+// `one_pass_indices` (a snapshot of a few million entries stays below the default); a pickle
+// naming larger indices has them found by a second pass once the first has counted them.
 class MemoRefs {
  public:
-  /// Scans `data` twice; pages of `file` behind the scan are released as it goes.
-  MemoRefs(std::string_view data, const MappedFile* file);
+  static constexpr std::size_t kNone = ~std::size_t{0};
+  static constexpr std::uint64_t kOnePassIndices = std::uint64_t{1} << 23;  // 64 MiB of offsets at most
 
-  bool referenced(std::uint64_t i) const {
-    if (i < m_limit) {
-      const std::size_t w = static_cast<std::size_t>(i >> 6);
-      return w < m_bits.size() && ((m_bits[w] >> (i & 63)) & 1) != 0;
-    }
-    return m_sparse.count(i) != 0;
+  /// Scans `data`; pages of `file` behind the scan are released as it goes.
+  MemoRefs(std::string_view data, const MappedFile* file, std::uint64_t one_pass_indices = kOnePassIndices);
+
+  /// The slot of a referenced index below the bitmap's limit, or kNone (not referenced, or far).
+  std::size_t slot(std::uint64_t i) const {
+    if (i >= m_limit) return kNone;
+    const std::size_t w = static_cast<std::size_t>(i >> 6);
+    if (w >= m_words.size()) return kNone;
+    const Word& word = m_words[w];
+    const std::uint64_t bit = std::uint64_t{1} << (i & 63);
+    if ((word.bits & bit) == 0) return kNone;
+    return static_cast<std::size_t>(word.rank + count_bits(word.bits & (bit - 1)));
   }
-  // The byte offset of the last GET of a referenced index past the slots' range.
+  bool dense(std::uint64_t i) const { return i < m_limit; }
+  /// Whether a GET names an index past the bitmap's limit (explicit PUTs far out).
+  bool referenced_far(std::uint64_t i) const { return m_sparse.count(i) != 0; }
+  // The byte offset of the last GET of a referenced index past the bitmap's limit.
   std::size_t last_far_get(std::uint64_t i) const {
     auto it = m_sparse.find(i);
     return it == m_sparse.end() ? 0 : it->second;
   }
-  std::size_t last_get_of_slot(std::size_t slot) const { return m_last[slot]; }
-  bool dense(std::uint64_t i) const { return i < m_limit; }
-  // The slot of a referenced index below the limit.
-  std::size_t slot(std::uint64_t i) const {
-    const std::size_t w = static_cast<std::size_t>(i >> 6);
-    const std::uint64_t below = m_bits[w] & ((std::uint64_t{1} << (i & 63)) - 1);
-    return static_cast<std::size_t>(m_rank[w] + count_bits(below));
-  }
-  std::size_t slots() const { return m_slots; }
+  // By slot: the byte offset of the last GET.
+  const std::vector<std::size_t>& last_gets() const { return m_last; }
+  std::size_t slots() const { return m_last.size(); }
+  // How many passes over the opcodes it took (1 or 2).
+  int passes() const { return m_passes; }
 
  private:
+  struct Word {
+    std::uint64_t bits = 0;  // referenced indices 64w..64w+63
+    std::uint64_t rank = 0;  // referenced indices below 64w: the slot of the first bit
+  };
   std::uint64_t m_limit = 0;
-  std::vector<std::uint64_t> m_bits;
-  std::vector<std::uint64_t> m_rank;
+  std::vector<Word> m_words;
   std::unordered_map<std::uint64_t, std::size_t> m_sparse;  // index past the bitmap -> last GET
-  std::size_t m_slots = 0;
   std::vector<std::size_t> m_last;  // by slot: byte offset of the last GET
+  int m_passes = 1;
 
   void note(std::uint64_t i);
   template <typename OnGet>

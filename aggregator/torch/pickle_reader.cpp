@@ -258,11 +258,12 @@ void Builder::dict_set_items(const Node& dict_node, std::size_t base) {
 void Builder::memo_put(std::uint64_t index) {
   need(1);
   m_memo_length.insert(index);
-  if (!m_refs.referenced(index)) return;  // no GET names it: nothing to keep
+  const std::size_t slot = m_refs.slot(index);
+  if (slot == MemoRefs::kNone && (m_refs.dense(index) || !m_refs.referenced_far(index))) return;  // no GET names it
   const Node& node = m_stack.back();
   share(node);
-  if (m_refs.dense(index))
-    m_slots[m_refs.slot(index)] = node;
+  if (slot != MemoRefs::kNone)
+    m_slots[slot].node = node;
   else
     m_far_memo[index] = node;
 }
@@ -270,12 +271,11 @@ void Builder::memo_put(std::uint64_t index) {
 void Builder::memo_get(std::uint64_t index) {
   Node* found = nullptr;
   std::size_t last = 0;
-  if (m_refs.referenced(index)) {
-    if (m_refs.dense(index)) {
-      const std::size_t slot = m_refs.slot(index);
-      if (m_slots[slot]) found = &m_slots[slot];
-      last = m_refs.last_get_of_slot(slot);
-    } else if (auto it = m_far_memo.find(index); it != m_far_memo.end()) {
+  if (const std::size_t slot = m_refs.slot(index); slot != MemoRefs::kNone) {
+    if (m_slots[slot].node) found = &m_slots[slot].node;
+    last = m_slots[slot].last_get;
+  } else if (!m_refs.dense(index)) {
+    if (auto it = m_far_memo.find(index); it != m_far_memo.end()) {
       found = &it->second;
       last = m_refs.last_far_get(index);
     }

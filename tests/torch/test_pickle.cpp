@@ -8,6 +8,7 @@
 
 #include "test_util.hpp"
 #include "torch/pickle.hpp"
+#include "torch/pickle_memo_refs.hpp"
 #include "torch/pickle_writer.hpp"
 #include "torch/snapshot.hpp"
 
@@ -391,6 +392,37 @@ TEST(PickleTest, MemoKeepsOnlyReferencedNodes) {
   EXPECT_EQ(py.output, "True True False\n");
   // A GET of an index never stored is still an error naming it.
   expect_error(bytes({0x80, 0x04, ']', 0x94, 'h', 0x01, '.'}), {"BINGET", "memo index 1 was never stored", "at byte 4"}, 4);
+}
+
+// The memo pre-pass finds each referenced index and the byte of its last GET in one pass, or in
+// two where indices go past what one pass keeps offsets for; both give the same answer.
+TEST(PickleTest, MemoRefsFindTheLastGetOfEachReferencedIndex) {
+  // ( ] MEMOIZE ] MEMOIZE ] MEMOIZE BINGET 0, BINGET 1, BINGET 0 t .: index 2 is never named.
+  const std::string data = bytes({0x80, 0x04, '(', ']', 0x94, ']', 0x94, ']', 0x94,  //
+                                  'h', 0, 'h', 1, 'h', 0, 't', '.'});
+  for (std::uint64_t cap : {std::uint64_t{0}, std::uint64_t{1}, pickle::MemoRefs::kOnePassIndices}) {
+    SCOPED_TRACE(cap);
+    const pickle::MemoRefs refs(data, nullptr, cap);
+    ASSERT_EQ(refs.slots(), 2u);
+    EXPECT_EQ(refs.slot(0), 0u);
+    EXPECT_EQ(refs.slot(1), 1u);
+    EXPECT_EQ(refs.slot(2), pickle::MemoRefs::kNone);
+    EXPECT_EQ(refs.last_gets()[0], 13u);
+    EXPECT_EQ(refs.last_gets()[1], 11u);
+    EXPECT_EQ(refs.passes(), cap > 1 ? 1 : 2);
+  }
+  // A real snapshot: every index answers alike whatever the split between the passes.
+  const std::string real = test::read_bytes(test::fixture("snap_native.pickle"));
+  const pickle::MemoRefs one(real, nullptr);
+  ASSERT_EQ(one.passes(), 1);
+  ASSERT_GT(one.slots(), 100u);
+  for (std::uint64_t cap : {0, 7, 300}) {
+    SCOPED_TRACE(cap);
+    const pickle::MemoRefs two(real, nullptr, cap);
+    EXPECT_EQ(two.passes(), 2);
+    EXPECT_EQ(two.last_gets(), one.last_gets());
+    for (std::uint64_t i = 0; i < 100000; ++i) ASSERT_EQ(two.slot(i), one.slot(i)) << i;
+  }
 }
 
 // The entries of each device trace go to the sink, in order, and are not stored; the rest is.
