@@ -150,7 +150,10 @@ MemoRefs::MemoRefs(std::string_view data, const MappedFile* file, std::uint64_t 
   last_plus_one.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(near, data.size() / 4)));
   scan(data, file, [&](std::uint64_t i, std::size_t at) {
     if (i < near) {
-      if (i >= last_plus_one.size()) last_plus_one.resize(static_cast<std::size_t>(i + 1), 0);
+      if (i >= last_plus_one.size()) {  // in steps: MEMOIZE indices come one at a time
+        const std::uint64_t step = std::max<std::uint64_t>(i + 1, last_plus_one.size() + (std::uint64_t{1} << 16));
+        last_plus_one.resize(static_cast<std::size_t>(std::min(near, step)), 0);
+      }
       last_plus_one[static_cast<std::size_t>(i)] = at + 1;
     } else if (i < m_limit) {
       note(i);

@@ -88,6 +88,11 @@ class SnapshotImporter final : public pickle::TraceSink {
   // vector would have doubled.
   std::vector<std::vector<Event>> m_per_device;
   std::size_t m_entries_at_most;
+  // What each key and action string of an entry means, by node (NodeMeaning), and the keys of
+  // the entry being read.
+  NodeMeaning<EntryKey> m_key_of;
+  NodeMeaning<std::uint8_t> m_action_of;
+  std::vector<EntryKey> m_keys;
   // Entries whose values differ from what export writes by default. compile_context and
   // user_metadata missing from every entry (torch before 2.2 wrote neither) are noted once, in
   // "trace_absent", not per entry.
@@ -236,15 +241,23 @@ class SnapshotImporter final : public pickle::TraceSink {
       m_entries_at_most = 0;
     }
     const ValuePtr* at[kEntryKeyCount] = {};
-    for (const auto& item : entry.dict_items()) {
-      const EntryKey k = entry_key(*item.first);
-      if (k != kOtherKey && !at[k]) at[k] = &item.second;
+    const auto& items = entry.dict_items();
+    m_keys.resize(items.size());
+    for (std::size_t j = 0; j < items.size(); ++j) {
+      const EntryKey k = m_key_of.get(items[j].first, [](const Value& key) { return entry_key(key); });
+      m_keys[j] = k;
+      if (k != kOtherKey && !at[k]) at[k] = &items[j].second;
     }
     auto value = [&](EntryKey k) -> const Value* { return at[k] ? at[k]->get() : nullptr; };
     const Value* action_v = value(kAction);
     if (!action_v) bad(where(), "missing key 'action'");
     if (!action_v->is_string()) bad(where() + ".action", "not a str");
-    auto action = action_from_name(action_v->as_string());
+    constexpr std::uint8_t kUnknownAction = 0xff;
+    const std::uint8_t action_code = m_action_of.get(*at[kAction], [](const Value& name) {
+      const auto a = action_from_name(name.as_string());
+      return a ? static_cast<std::uint8_t>(*a) : kUnknownAction;
+    });
+    const auto action = action_code == kUnknownAction ? std::nullopt : std::optional<Action>(static_cast<Action>(action_code));
     if (!action) {
       read_unknown_entry(d, i, entry, at[kFrames] ? *at[kFrames] : ValuePtr(), where);
       return;
@@ -279,9 +292,9 @@ class SnapshotImporter final : public pickle::TraceSink {
     ShapeNotes notes;
     for (EntryKey k : spec)
       if (const Value* v = value(k); !v || !fits(*v, entry_key_shape(k))) notes.absent.push_back(kEntryKeyNames[k]);
-    for (const auto& item : entry.dict_items()) {
-      const EntryKey k = entry_key(*item.first);
-      if (k == kOtherKey || k == swapped || !fits(*item.second, entry_key_shape(k))) notes.other.emplace_back(item.first, item.second);
+    for (std::size_t j = 0; j < items.size(); ++j) {
+      const EntryKey k = m_keys[j];
+      if (k == kOtherKey || k == swapped || !fits(*items[j].second, entry_key_shape(k))) notes.other.emplace_back(items[j].first, items[j].second);
     }
     std::uint8_t absent_text = 0;
     if (!value(kCompileContext)) absent_text |= 1;
