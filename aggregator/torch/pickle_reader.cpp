@@ -57,9 +57,10 @@ std::string_view Builder::take(std::uint64_t n) {
 }
 
 std::uint64_t Builder::take_le(int width) {
-  auto s = take(static_cast<std::uint64_t>(width));
+  const auto* p = reinterpret_cast<const unsigned char*>(take(static_cast<std::uint64_t>(width)).data());
+  if (width == 1) return p[0];  // BINGET, BININT1: most of a snapshot's arguments
   std::uint64_t v = 0;
-  for (int i = 0; i < width; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i])) << (8 * i);
+  for (int i = 0; i < width; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
   return v;
 }
 
