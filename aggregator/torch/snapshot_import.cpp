@@ -83,15 +83,15 @@ class SnapshotImporter final : public pickle::TraceSink {
   std::vector<std::uint32_t> m_segment_stacks;
   nlohmann::json m_seg_extras = nlohmann::json::array();
   // Device traces, merged by time at the end with each device's own order kept.
-  // The first device with entries has its events reserved for as many entries as the pickle can hold: address
-  // space only (pages are touched as events come), and no copy or fresh pages each time the
-  // vector would have doubled.
+  // The first device with entries has its events reserved for as many entries as the pickle
+  // can hold: address space only (pages are touched as events come), and no copy or fresh pages
+  // each time the vector would have doubled.
   std::vector<std::vector<Event>> m_per_device;
   std::size_t m_entries_at_most;
-  // What each key and action string of an entry means, by node (NodeMeaning), and the keys of
-  // the entry being read.
-  NodeMeaning<EntryKey> m_key_of;
-  NodeMeaning<std::uint8_t> m_action_of;
+  // What each key and action string of an entry means, by node (by_node), and the keys of the
+  // entry being read.
+  NodeIds m_key_of;
+  NodeIds m_action_of;
   std::vector<EntryKey> m_keys;
   // Entries whose values differ from what export writes by default. compile_context and
   // user_metadata missing from every entry (torch before 2.2 wrote neither) are noted once, in
@@ -107,6 +107,18 @@ class SnapshotImporter final : public pickle::TraceSink {
   std::uint64_t m_skipped = 0;
   std::exception_ptr m_error;  // streaming: the first error, and the device (or kSegmentsFailed)
   std::size_t m_error_device = 0;
+
+  // What `compute` makes of a node, worked out once per memo-shared node: torch pickles each key
+  // and action string once and names it by memo reference after, so one node stands for it in
+  // every entry. `ids` keeps it by address, as the stack interner keeps frames.
+  template <typename Compute>
+  static std::uint32_t by_node(NodeIds& ids, const ValuePtr& node, const Compute& compute) {
+    if (!node->is_shared()) return compute(*node);
+    if (const std::uint32_t id = ids.find(node.get()); id != NodeIds::kNone) return id;
+    const std::uint32_t id = compute(*node);
+    ids.insert(node, id);
+    return id;
+  }
 
   template <typename F>
   void guarded(std::size_t device, const F& f) {
@@ -244,7 +256,7 @@ class SnapshotImporter final : public pickle::TraceSink {
     const auto& items = entry.dict_items();
     m_keys.resize(items.size());
     for (std::size_t j = 0; j < items.size(); ++j) {
-      const EntryKey k = m_key_of.get(items[j].first, [](const Value& key) { return entry_key(key); });
+      const auto k = static_cast<EntryKey>(by_node(m_key_of, items[j].first, [](const Value& key) { return entry_key(key); }));
       m_keys[j] = k;
       if (k != kOtherKey && !at[k]) at[k] = &items[j].second;
     }
@@ -252,10 +264,10 @@ class SnapshotImporter final : public pickle::TraceSink {
     const Value* action_v = value(kAction);
     if (!action_v) bad(where(), "missing key 'action'");
     if (!action_v->is_string()) bad(where() + ".action", "not a str");
-    constexpr std::uint8_t kUnknownAction = 0xff;
-    const std::uint8_t action_code = m_action_of.get(*at[kAction], [](const Value& name) {
+    constexpr std::uint32_t kUnknownAction = 0xff;
+    const std::uint32_t action_code = by_node(m_action_of, *at[kAction], [](const Value& name) {
       const auto a = action_from_name(name.as_string());
-      return a ? static_cast<std::uint8_t>(*a) : kUnknownAction;
+      return a ? static_cast<std::uint32_t>(*a) : kUnknownAction;
     });
     const auto action = action_code == kUnknownAction ? std::nullopt : std::optional<Action>(static_cast<Action>(action_code));
     if (!action) {

@@ -96,28 +96,6 @@ inline EntryKey entry_key(const Value& key) {
     if (k == kEntryKeyNames[i]) return static_cast<EntryKey>(i);
   return kOtherKey;
 }
-// What a small set of nodes mean (an entry's keys, its action), worked out once per node: torch
-// pickles each such string once and names it by memo reference after, so one node stands for it
-// in every entry. Only nodes the reader shared are remembered; holding them keeps each address
-// to its node. A handful of nodes at most: a snapshot that keeps making new ones is answered
-// without the cache.
-template <typename Meaning>
-class NodeMeaning {
- public:
-  template <typename Compute>
-  Meaning get(const ValuePtr& node, const Compute& compute) {
-    for (const auto& [n, m] : m_known)
-      if (n.get() == node.get()) return m;
-    const Meaning m = compute(*node);
-    if (node->is_shared() && m_known.size() < kAtMost) m_known.emplace_back(node, m);
-    return m;
-  }
-
- private:
-  static constexpr std::size_t kAtMost = 32;
-  std::vector<std::pair<ValuePtr, Meaning>> m_known;
-};
-
 // The type export writes each key with (the Shape of note_shape's KeySpec).
 inline Shape entry_key_shape(EntryKey k) {
   switch (k) {
