@@ -268,6 +268,26 @@ TEST(Cli, TorchrunStyleRanksGatherWhenDone) {
   EXPECT_TRUE(summary["findings"].empty()) << "identical ranks have no findings: " << summary["findings"].dump();
 }
 
+TEST(Cli, CommandsRunAtOnceWithoutMpirunDoNotCollide) {
+  // Each memsnap command that no launcher started is an MPI singleton. Open MPI keeps every
+  // isolated singleton's session files in one folder, so commands run at once raced on it and
+  // some failed in MPI_Init (10 of 320 here); each now has a folder of its own in TMPDIR, and
+  // leaves nothing there.
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "tmp");
+  const std::string pickle = std::string(MEMSNAP_TEST_DATA) + "/torch-2.11/snap_native.pickle";
+  std::string loops;
+  for (int k = 0; k < 6; ++k) {
+    const std::string store = (dir / ("s" + std::to_string(k) + ".h5")).string();
+    loops += "(for i in 1 2 3 4 5 6 7 8; do TMPDIR=" + (dir / "tmp").string() + " " + kMemsnap + " import " + pickle +
+             " --rank 0 --batch 1 --overwrite -o " + store + " >/dev/null 2>&1 || echo failed; done) & ";
+  }
+  const auto r = sh("(" + loops + "wait)");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("failed"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "tmp")) << "left in TMPDIR: " << std::filesystem::directory_iterator(dir / "tmp")->path();
+}
+
 TEST(Cli, ReportGatesOnImbalanceAndNeverClobbers) {
   test::TempDir dir;
   test::write_file(dir / "m.yaml", "run_name: t\nfolder: " + (dir / "run").string() + "\n");

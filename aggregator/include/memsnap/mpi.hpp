@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -69,23 +70,48 @@ class Session {
           ::setenv(name, value, 0);
           set_here.push_back(name);
         }
+        // Every isolated singleton is job family 0, so all of them would keep their session files
+        // in the same folder (TMPDIR/ompi.HOST.UID/jf.0/1): two memsnap commands at once then
+        // race on it, and one fails in MPI_Init ("mkdir ... File exists"). Each gets a folder
+        // of its own, removed after MPI_Finalize.
+        const bool isolated_here = !set_here.empty() && std::string(set_here.front()) == "OMPI_MCA_ess_singleton_isolated";
+        if (isolated_here && std::getenv(kSessionBase) == nullptr) {
+          std::error_code ec;
+          std::string folder = (std::filesystem::temp_directory_path(ec) / "memsnap-mpi-XXXXXX").string();
+          if (!ec && ::mkdtemp(folder.data()) != nullptr) {
+            m_session_base = folder;
+            ::setenv(kSessionBase, folder.c_str(), 0);
+            set_here.push_back(kSessionBase);
+          }
+        }
       }
       int argc = 0;
       char** argv = nullptr;
       const int rc = MPI_Init(&argc, &argv);
       for (const char* name : set_here) ::unsetenv(name);
+      if (rc != MPI_SUCCESS) remove_session_base();
       check(rc, "MPI_Init");
       m_owned = true;
     }
   }
   ~Session() {
     if (m_owned && !finalized()) MPI_Finalize();
+    remove_session_base();
   }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
  private:
+  static constexpr const char* kSessionBase = "OMPI_MCA_orte_tmpdir_base";
   bool m_owned = false;
+  std::string m_session_base;  // the folder made for this process's Open MPI session, or empty
+
+  void remove_session_base() noexcept {
+    if (m_session_base.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(m_session_base, ec);  // made by mkdtemp here: only this process wrote in it
+    m_session_base.clear();
+  }
 };
 
 /// A private duplicate of a communicator: our messages never mix with the application's, and
