@@ -168,6 +168,8 @@ struct ReadOptions {
   // from another thread). The memo pre-pass is not counted; a pickle read again whole counts
   // twice.
   std::atomic<std::uint64_t>* progress = nullptr;
+  // Streaming: offer trace entries to TraceSink::flat_entry first (tests turn it off to compare).
+  bool flat_entries = true;
 };
 
 /// A file's bytes: mapped read-only when it is a regular file, else read into memory. Pages the
@@ -200,6 +202,29 @@ ValuePtr read(std::string_view data, const ReadOptions& opt = {});
 /// Reads a file and parses it; I/O failures are PickleError at offset 0 naming the path.
 ValuePtr read_file(const std::string& path, const ReadOptions& opt = {});
 
+/// A trace entry decoded straight from the pickle's bytes, without a dict node: how the reader
+/// hands on the entries of the common shape (torch's: keys and shared frames by memo reference,
+/// ints and short strs inline). Nodes are the memo's, valid during TraceSink::flat_entry only.
+struct FlatEntry {
+  using NodeRef = const SharedNode<Value>*;
+  enum class Is : std::uint8_t { node, integer, text, none, frames };
+  struct Item {
+    NodeRef key = nullptr;        // the key's node (a memo reference), or nullptr: key_text
+    std::string_view key_text;
+    Is is = Is::none;
+    NodeRef node = nullptr;       // Is::node: a memo reference
+    std::int64_t integer = 0;     // Is::integer: BININT*, or LONG1 of at most 8 bytes
+    std::string_view text;        // Is::text: a str inline (its bytes, as the pickle holds them)
+  };
+  static constexpr std::size_t kMaxItems = 12;
+  Item items[kMaxItems];
+  std::size_t count = 0;
+  /// The list of the one Is::frames item, written inline: its items, each a dict by memo
+  /// reference; `frames_node` is the node made for it when a later GET names the list (else null).
+  std::vector<NodeRef> frames;
+  NodeRef frames_node = nullptr;
+};
+
 /// Receives the entries of a PyTorch memory snapshot's device traces while the reader meets them,
 /// so that they need not be kept (see read_streaming).
 class TraceSink {
@@ -211,6 +236,10 @@ class TraceSink {
   virtual bool begin(const ValuePtr& segments) = 0;
   /// Entry `position` of device trace `device`, in the order a walk of the finished tree meets them.
   virtual void entry(std::size_t device, std::size_t position, const ValuePtr& entry) = 0;
+  /// The same entry, decoded without a tree. Returning false (the entry is not of the shape the
+  /// sink takes flat) makes the reader build it and call entry() instead; a sink that returns true
+  /// must have done with it exactly what entry() would have.
+  virtual bool flat_entry(std::size_t /*device*/, std::size_t /*position*/, const FlatEntry& /*entry*/) { return false; }
 };
 
 struct StreamedRead {

@@ -158,6 +158,16 @@ class Builder {
   void stop_streaming();
   void check_streamed() const;
 
+  // --- trace entries without a tree (pickle_flat_entry.cpp) ------------------------------------
+  // At EMPTY_DICT, where streaming has taken every earlier item of a trace list's batch: the
+  // entry read from the bytes into m_flat and given to TraceSink::flat_entry; false (nothing
+  // changed) where it is not of the common shape or the sink does not take it.
+  bool flat_ready() const;
+  bool flat_entry();
+  const Node* flat_get(std::uint64_t index, std::size_t at);
+  FlatEntry m_flat;
+  std::vector<Node*> m_flat_last;  // memo nodes whose last GET the entry holds: let go after it
+
   // With placeholders on the stack, an opcode that would read one (anything but the APPENDS that
   // ends their list's batch) means the pickle does what streaming cannot follow: read it whole.
   void guard_placeholders() const {

@@ -92,6 +92,8 @@ class MemoLength {
     while (!m_above.empty() && m_above.erase(m_dense)) ++m_dense;
   }
   std::uint64_t size() const { return m_dense + m_above.size(); }
+  // Every index below size() is present (no PUT out of order): the next MEMOIZE is size().
+  bool dense_only() const { return m_above.empty(); }
 
  private:
   std::uint64_t m_dense = 0;

@@ -455,7 +455,10 @@ void Builder::step() {
       if (m_streaming) recognise_list();
       return;
     case EMPTY_DICT:
-      if (m_streaming && !m_marks.empty()) stream_early();
+      if (m_streaming && !m_marks.empty()) {
+        stream_early();
+        if (m_streaming && m_opt.flat_entries && flat_ready() && began() && flat_entry()) return;
+      }
       push(make_container(Kind::dict));
       if (m_streaming && !m_root && m_stack.size() == 1 && m_marks.empty()) m_root = m_stack.back();
       return;

@@ -54,6 +54,100 @@ class SnapshotImporter final : public pickle::TraceSink {
     guarded(device, [&] { read_entry(device, position, *entry); });
   }
 
+  // An entry of the common shape, read without a tree: what read_entry makes of it, where it is
+  // an entry of a known action whose keys are each known, there once, and of the type export
+  // writes (compile_context and user_metadata may be missing). Anything else, read_entry.
+  bool flat_entry(std::size_t d, std::size_t i, const pickle::FlatEntry& fe) override {
+    using Is = pickle::FlatEntry::Is;
+    if (m_error) return false;
+    const pickle::FlatEntry::Item* at[kEntryKeyCount] = {};
+    for (std::size_t j = 0; j < fe.count; ++j) {
+      const auto& item = fe.items[j];
+      const auto k = item.key ? static_cast<EntryKey>(by_node(m_key_of, *item.key, [](const Value& key) { return entry_key(key); }))
+                              : entry_key_of(item.key_text);
+      if (k == kOtherKey || at[k]) return false;
+      at[k] = &item;
+    }
+    // Strs: from a node or inline; nullptr for anything else.
+    auto str = [](const pickle::FlatEntry::Item* item, std::string_view& out) {
+      if (item->is == Is::text) {
+        out = item->text;
+        return true;
+      }
+      if (item->is == Is::node && (*item->node)->is_string()) {
+        out = (*item->node)->as_string();
+        return true;
+      }
+      return false;
+    };
+    // Ints that fit an int64 (and are not negative, for `unsigned_only`).
+    auto integer = [](const pickle::FlatEntry::Item* item, bool unsigned_only, std::int64_t& out) {
+      if (!item) return false;
+      if (item->is == Is::integer) out = item->integer;
+      else if (item->is == Is::node && (*item->node)->kind() == Kind::integer) out = (*item->node)->as_int64();
+      else return false;
+      return !unsigned_only || out >= 0;
+    };
+    std::string_view text;
+    if (!at[kAction] || !str(at[kAction], text)) return false;
+    constexpr std::uint32_t kUnknownAction = 0xff;
+    auto action_code = [](std::string_view name) {
+      const auto a = action_from_name(name);
+      return a ? static_cast<std::uint32_t>(*a) : kUnknownAction;
+    };
+    const std::uint32_t code = at[kAction]->is == Is::node
+                                   ? by_node(m_action_of, *at[kAction]->node, [&](const Value& v) { return action_code(v.as_string()); })
+                                   : action_code(text);
+    if (code == kUnknownAction) return false;
+    Event e;
+    e.action = static_cast<Action>(code);
+    const bool oom = e.action == Action::oom;
+    if (at[oom ? kAddr : kDeviceFree]) return false;  // a key export would not write back
+    std::int64_t time_us, size, stream, addr;
+    if (!integer(at[kTimeUs], false, time_us) || !integer(at[kSize], true, size) ||
+        !integer(at[kStream], true, stream) || !integer(at[oom ? kDeviceFree : kAddr], true, addr))
+      return false;
+    if (time_us > std::numeric_limits<std::int64_t>::max() / 1000 || time_us < std::numeric_limits<std::int64_t>::min() / 1000)
+      return false;
+    const auto* frames = at[kFrames];
+    if (!frames || !(frames->is == Is::frames || (frames->is == Is::node && (*frames->node)->is_list()))) return false;
+    std::string_view cc, um;
+    if (at[kCompileContext] && !str(at[kCompileContext], cc)) return false;
+    if (at[kUserMetadata] && !str(at[kUserMetadata], um)) return false;
+
+    // Taken: as read_entry.
+    if (m_per_device.size() <= d) m_per_device.resize(d + 1);
+    if (m_entries_at_most != 0 && m_per_device[d].capacity() == 0) {
+      m_per_device[d].reserve(m_entries_at_most);
+      m_entries_at_most = 0;
+    }
+    e.device = static_cast<std::int16_t>(d);
+    e.time_ns = time_us * 1000;
+    e.size = static_cast<std::uint64_t>(size);
+    e.stream = static_cast<std::uint64_t>(stream);
+    e.addr = static_cast<std::uint64_t>(addr);
+    guarded(d, [&] {
+      auto where = [&] { return "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "].frames"; };
+      e.stack_id = frames->is == Is::frames
+                       ? m_stacks.intern_items(std::span<const pickle::FlatEntry::NodeRef>(fe.frames), fe.frames_node, where)
+                       : m_stacks.intern(*frames->node, where);
+    });
+    if (m_error) return true;  // as read_entry: the error is kept, the entry is not
+    if (oom) m_w.oom = true;
+    nlohmann::json x;
+    if (at[kCompileContext] && cc != "N/A") x["compile_context"] = text_json(std::string(cc));
+    if (at[kUserMetadata] && !um.empty()) x["user_metadata"] = text_json(std::string(um));
+    std::uint8_t absent_text = 0;
+    if (!at[kCompileContext]) absent_text |= 1;
+    if (!at[kUserMetadata]) absent_text |= 2;
+    m_absent_everywhere &= absent_text;
+    if (absent_text != 0 && x.is_null()) x = nlohmann::json::object();
+    if ((!x.is_null() && !x.empty()) || absent_text != 0)
+      m_entry_notes.push_back(EntryNotes{d, m_per_device[d].size(), std::move(x), absent_text});
+    m_per_device[d].push_back(e);
+    return true;
+  }
+
   // The whole import from a tree: nothing was streamed.
   ImportResult import_tree(const Value& root) {
     check_root(root);
@@ -111,8 +205,8 @@ class SnapshotImporter final : public pickle::TraceSink {
   // What `compute` makes of a node, worked out once per memo-shared node: torch pickles each key
   // and action string once and names it by memo reference after, so one node stands for it in
   // every entry. `ids` keeps it by address, as the stack interner keeps frames.
-  template <typename Compute>
-  static std::uint32_t by_node(NodeIds& ids, const ValuePtr& node, const Compute& compute) {
+  template <typename Ref, typename Compute>
+  static std::uint32_t by_node(NodeIds& ids, const Ref& node, const Compute& compute) {
     if (!node->is_shared()) return compute(*node);
     if (const std::uint32_t id = ids.find(node.get()); id != NodeIds::kNone) return id;
     const std::uint32_t id = compute(*node);

@@ -89,13 +89,12 @@ enum EntryKey : std::uint8_t {
 inline constexpr std::string_view kEntryKeyNames[] = {"action",          "addr",          "size",   "stream",
                                                       "time_us",         "compile_context", "user_metadata",
                                                       "frames",          "device_free"};
-inline EntryKey entry_key(const Value& key) {
-  if (!key.is_string()) return kOtherKey;
-  const std::string& k = key.as_string();
+inline EntryKey entry_key_of(std::string_view k) {
   for (std::uint8_t i = 0; i < kEntryKeyCount; ++i)
     if (k == kEntryKeyNames[i]) return static_cast<EntryKey>(i);
   return kOtherKey;
 }
+inline EntryKey entry_key(const Value& key) { return key.is_string() ? entry_key_of(key.as_string()) : kOtherKey; }
 // The type export writes each key with (the Shape of note_shape's KeySpec).
 inline Shape entry_key_shape(EntryKey k) {
   switch (k) {

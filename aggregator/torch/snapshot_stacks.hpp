@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -146,8 +147,9 @@ class StackInterner {
   StackInterner(RankRecord& rec, bool by_any_node) : m_rec(rec), m_by_any_node(by_any_node) {}
 
   // The stack id of a frames list; kNoStack for a missing or None value. `where` names it in errors.
-  template <typename Where>
-  std::uint32_t intern(const ValuePtr& frames, const Where& where) {
+  // `frames` is a ValuePtr or the reader's own node pointer (pickle::FlatEntry::NodeRef's target).
+  template <typename Ref, typename Where>
+  std::uint32_t intern(const Ref& frames, const Where& where) {
     if (!frames || frames->is_none()) return kNoStack;
     // Fast path: a frames list met before (torch's pickles may reference one from many entries).
     const bool by_node = m_by_any_node || frames->is_shared();
@@ -156,16 +158,19 @@ class StackInterner {
     if (!frames->is_list() && !frames->is_tuple()) bad(where(), "frames is not a list");
     m_stack.clear();
     for (const auto& f : frames->items()) m_stack.push_back(frame(f, where));
-    const std::string_view key(reinterpret_cast<const char*>(m_stack.data()), m_stack.size() * sizeof(std::uint32_t));
-    std::uint32_t id;
-    if (auto it = m_by_content.find(key); it != m_by_content.end()) {
-      id = it->second;
-    } else {
-      id = static_cast<std::uint32_t>(m_rec.stacks.size());
-      m_by_content.emplace(std::string(key), id);
-      m_rec.stacks.push_back(m_stack);
-    }
+    const std::uint32_t id = stack_id();
     if (by_node) m_by_node.insert(frames, id);
+    return id;
+  }
+  // The stack id of a frames list the reader did not build (pickle::FlatEntry::frames): its
+  // frames, and the node made for it when the pickle names it again (else nullptr). The same id
+  // as intern() of that list gives.
+  template <typename Ref, typename Where>
+  std::uint32_t intern_items(std::span<const Ref* const> frames, const Ref* node, const Where& where) {
+    m_stack.clear();
+    for (const Ref* f : frames) m_stack.push_back(frame(*f, where));
+    const std::uint32_t id = stack_id();
+    if (node && (m_by_any_node || (*node)->is_shared())) m_by_node.insert(*node, id);
     return id;
   }
 
@@ -180,8 +185,18 @@ class StackInterner {
   Stack m_stack;                 // scratch
   std::string m_key;             // scratch
 
-  template <typename Where>
-  std::uint32_t frame(const ValuePtr& f, const Where& where) {
+  // The id of m_stack's frames.
+  std::uint32_t stack_id() {
+    const std::string_view key(reinterpret_cast<const char*>(m_stack.data()), m_stack.size() * sizeof(std::uint32_t));
+    if (auto it = m_by_content.find(key); it != m_by_content.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(m_rec.stacks.size());
+    m_by_content.emplace(std::string(key), id);
+    m_rec.stacks.push_back(m_stack);
+    return id;
+  }
+
+  template <typename Ref, typename Where>
+  std::uint32_t frame(const Ref& f, const Where& where) {
     const bool by_node = m_by_any_node || f->is_shared();
     if (by_node)
       if (std::uint32_t id = m_frame_by_node.find(f.get()); id != NodeIds::kNone) return id;
