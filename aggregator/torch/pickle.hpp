@@ -164,7 +164,7 @@ class Value {
 /// Limits of the reader; defaults fit any snapshot.
 struct ReadOptions {
   std::uint32_t max_depth = 10000;  // nesting past this is rejected (protects every consumer)
-  // Where the reader adds the bytes it has read past, every 16 MiB (for a progress line; read
+  // Where the reader adds the bytes it has read past, every 4 MiB (for a progress line; read
   // from another thread). The memo pre-pass is not counted; a pickle read again whole counts
   // twice.
   std::atomic<std::uint64_t>* progress = nullptr;

@@ -84,7 +84,7 @@ class Builder {
 
   // Every kReleaseStep bytes: the mapped file's pages behind the reader released, the bytes
   // passed added to ReadOptions::progress.
-  static constexpr std::size_t kReleaseStep = std::size_t{16} << 20;
+  static constexpr std::size_t kReleaseStep = std::size_t{4} << 20;
   std::size_t m_release_at = kReleaseStep;
   std::size_t m_released = 0;
 

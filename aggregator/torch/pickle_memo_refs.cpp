@@ -67,7 +67,7 @@ void MemoRefs::scan(std::string_view data, const MappedFile* file, const OnGet& 
   const std::size_t n = data.size();
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   std::size_t pos = 0;
-  constexpr std::size_t kReleaseStep = std::size_t{16} << 20;
+  constexpr std::size_t kReleaseStep = std::size_t{4} << 20;
   std::size_t released = 0;
   auto le = [&](std::size_t at, int width) {
     std::uint64_t v = 0;

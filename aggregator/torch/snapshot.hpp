@@ -59,6 +59,9 @@ struct ImportOptions {
   // Bytes of the pickle read so far, added as the reader passes them (pickle::ReadOptions::
   // progress): for a progress line, read from another thread.
   std::atomic<std::uint64_t>* progress = nullptr;
+  // Trace entries of the common shape read without a tree (pickle::ReadOptions::flat_entries);
+  // the same result either way: tests and benchmarks turn it off to compare.
+  bool flat_entries = true;
 };
 
 /// The record plus what has no place in it, as JSON (pickled values as to_json writes them):
@@ -86,6 +89,9 @@ struct ImportOptions {
 struct ImportResult {
   RankRecord record;
   nlohmann::json extras;
+  // How many trace entries were read without a tree (ImportOptions::flat_entries), for tests and
+  // benchmarks; not kept in the store.
+  std::size_t flat_entries = 0;
 };
 
 /// Imports a parsed snapshot. Frames are interned (name, filename, line) into record.frames and

@@ -145,6 +145,7 @@ class SnapshotImporter final : public pickle::TraceSink {
     if ((!x.is_null() && !x.empty()) || absent_text != 0)
       m_entry_notes.push_back(EntryNotes{d, m_per_device[d].size(), std::move(x), absent_text});
     m_per_device[d].push_back(e);
+    ++m_result.flat_entries;
     return true;
   }
 
@@ -526,6 +527,7 @@ ImportResult import_bytes(std::string_view data, const pickle::MappedFile* file,
   auto importer = std::make_unique<SnapshotImporter>(opt, true, data.size());
   pickle::ReadOptions read_options;
   read_options.progress = opt.progress;
+  read_options.flat_entries = opt.flat_entries;
   pickle::StreamedRead read = pickle::read_streaming(data, *importer, read_options, file);
   if (read.streamed) return importer->import_streamed(*read.root);
   return SnapshotImporter(opt, false, data.size()).import_tree(*read.root);

@@ -613,3 +613,153 @@ TEST(PickleTest, StreamedImportKnowsSharedNodesOnlyWhileTheyLive) {
     ASSERT_EQ(events[i].stack_id, i / 2) << "event " << i;
   }
 }
+
+// --- trace entries read without a tree ---------------------------------------------------------
+
+namespace {
+
+// What an entry holds, one "key=value" line per item, from the tree or from a FlatEntry: the
+// same text either way when the flat reading is right.
+std::string describe(const Value& v) {
+  switch (v.kind()) {
+    case Kind::none: return "None";
+    case Kind::integer: return std::to_string(v.as_int64());
+    case Kind::string: return "'" + v.as_string() + "'";
+    case Kind::list: {
+      std::string s = "[";
+      for (const auto& item : v.items()) s += describe(*item) + ",";
+      return s + "]";
+    }
+    case Kind::dict: {
+      std::string s = "{";
+      for (const auto& [k, item] : v.dict_items()) s += describe(*k) + ":" + describe(*item) + ",";
+      return s + "}";
+    }
+    default: return pickle::kind_name(v.kind());
+  }
+}
+std::string describe(const pickle::FlatEntry& fe) {
+  using Is = pickle::FlatEntry::Is;
+  std::string s = "{";
+  for (std::size_t i = 0; i < fe.count; ++i) {
+    const auto& item = fe.items[i];
+    s += item.key ? describe(**item.key) : "'" + std::string(item.key_text) + "'";
+    s += ":";
+    switch (item.is) {
+      case Is::node: s += describe(**item.node); break;
+      case Is::integer: s += std::to_string(item.integer); break;
+      case Is::text: s += "'" + std::string(item.text) + "'"; break;
+      case Is::none: s += "None"; break;
+      case Is::frames:
+        s += "[";
+        for (auto f : fe.frames) s += describe(**f) + ",";
+        s += "]";
+        break;
+    }
+    s += ",";
+  }
+  return s + "}";
+}
+
+// Takes every entry it is offered flat (or none, `flat` false), describing each as it comes.
+struct FlatSink : pickle::TraceSink {
+  bool flat = true;
+  std::vector<std::string> seen;  // "F " or "T " (flat, tree), then the entry
+  std::vector<pickle::WeakValuePtr> frames_nodes;  // the nodes flat reading made for named lists
+  bool begin(const ValuePtr&) override { return true; }
+  void entry(std::size_t, std::size_t position, const ValuePtr& e) override {
+    seen.push_back("T " + std::to_string(position) + " " + describe(*e));
+  }
+  bool flat_entry(std::size_t, std::size_t position, const pickle::FlatEntry& fe) override {
+    if (!flat) return false;
+    seen.push_back("F " + std::to_string(position) + " " + describe(fe));
+    if (fe.frames_node) frames_nodes.emplace_back(*fe.frames_node);
+    return true;
+  }
+};
+
+}  // namespace
+
+// Entries of torch's shape (keys and frames by memo reference, ints and strs inline) go to the
+// sink without a tree, with the values the tree holds; the first of each key, a frame met for the
+// first time, an out-of-order PUT, too many keys go through the stack machine. A sink that takes
+// none gets the same entries as trees, and the read's result is the same.
+TEST(PickleTest, FlatEntriesHoldWhatTheTreeHolds) {
+  auto text = [](const std::string& s) { return bytes({0x8c, static_cast<int>(s.size())}) + s; };
+  auto get = [](unsigned memo) { return memo < 256 ? bytes({'h', static_cast<int>(memo)}) : bytes({'j', int(memo & 0xff), int(memo >> 8), 0, 0}); };
+  unsigned memo = 0;
+  auto memoize = [&] {
+    ++memo;
+    return std::string(1, '\x94');
+  };
+  std::string data = bytes({0x80, 0x04}) + "}" + memoize() + "(" + text("segments") + memoize() + "]" + memoize() +
+                     text("device_traces") + memoize() + "]" + memoize() + "(]" + memoize() + "(";
+  // Entry 0: every key inline and memoised (named later), a frame dict of its own, the list
+  // named by entry 2.
+  std::vector<unsigned> key;
+  std::string e0 = "}" + memoize() + "(";
+  for (const char* k : {"action", "addr", "size", "time_us", "frames"}) {
+    key.push_back(memo);
+    e0 += text(k) + memoize();
+    if (std::string(k) == "action") {
+      e0 += text("alloc") + memoize();
+    } else if (std::string(k) == "frames") {
+      e0 += "]" + memoize() + "(}" + memoize() + "(" + text("name") + memoize() + text("f") + memoize() + "ue";
+    } else {
+      e0 += bytes({'K', 1});
+    }
+  }
+  e0 += "u";
+  const unsigned alloc = key[0] + 1, frame0 = key[4] + 2, list0 = key[4] + 1;
+  // Entry 1: all by reference, ints of every width (a negative LONG1, an 8-byte one), a str and
+  // None inline, a new list of two frames (MARK ... APPENDS, then GET APPEND) that entry 2 names.
+  const unsigned list1 = memo + 3;  // after the entry's dict, "note" and "N/A"
+  std::string e1 = "}" + memoize() + "(" + get(key[0]) + get(alloc) + get(key[1]) +
+                   bytes({0x8a, 8, 1, 2, 3, 4, 5, 6, 7, 0x7f}) + get(key[2]) + bytes({'M', 0x34, 0x12}) + get(key[3]) +
+                   bytes({0x8a, 1, 0xfb}) + text("note") + memoize() + text("N/A") + memoize() + text("meta") + "N" +
+                   get(key[4]) + "]" + memoize() + "(" + get(frame0) + get(frame0) + "e" + get(frame0) + "au";
+  // Entry 2: frames by reference to entry 0's list and a BINPUT of the next index; entry 3 names
+  // entry 1's list; entry 4 thirteen keys; entry 5 a BINPUT out of order.
+  std::string e2 = "}" + bytes({'q', static_cast<int>(memo)}) + "(" + get(key[0]) + get(alloc) + get(key[1]) + bytes({'J', 0, 0, 0, 0x80}) + get(key[4]) + get(list0) + "u";
+  ++memo;
+  std::string e3 = "}" + memoize() + "(" + get(key[0]) + get(alloc) + get(key[4]) + get(list1) + "u";
+  std::string e4 = "}" + bytes({'q', 250}) + "(" + get(key[0]) + get(alloc) + "u";
+  std::string e5 = "}(";
+  for (int i = 0; i < 13; ++i) e5 += text("k" + std::to_string(i)) + bytes({'K', i});
+  e5 += "u";
+  const std::string prefix = data + e0 + e1 + e2 + e3;
+  data = prefix + e5 + e4 + "eeu.";
+
+  FlatSink flat;
+  const auto read = pickle::read_streaming(data, flat);
+  ASSERT_TRUE(read.streamed);
+  FlatSink tree;
+  tree.flat = false;
+  const auto whole = pickle::read_streaming(data, tree);
+  ASSERT_TRUE(whole.streamed);
+  EXPECT_TRUE(read.root->equals(*whole.root));
+  ASSERT_EQ(flat.seen.size(), 6u);
+  ASSERT_EQ(tree.seen.size(), 6u);
+  const std::string kinds = std::string() + flat.seen[0][0] + flat.seen[1][0] + flat.seen[2][0] + flat.seen[3][0] +
+                            flat.seen[4][0] + flat.seen[5][0];
+  EXPECT_EQ(kinds, "TFFFTT");
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_EQ(flat.seen[i].substr(1), tree.seen[i].substr(1)) << i;
+  EXPECT_EQ(flat.seen[1],
+            "F 1 {'action':'alloc','addr':9153291386265731585,'size':4660,'time_us':-5,'note':'N/A','meta':None,"
+            "'frames':[{'name':'f',},{'name':'f',},{'name':'f',},],}");
+  EXPECT_EQ(flat.seen[2], "F 2 {'action':'alloc','addr':-2147483648,'frames':[{'name':'f',},],}");
+  // The list entry 1 wrote inline became a node for entry 3's GET, and was let go after it.
+  ASSERT_EQ(flat.frames_nodes.size(), 1u);
+  EXPECT_TRUE(flat.frames_nodes[0].expired());
+
+  // The stack machine's own errors come where they did: a GET of a never stored index.
+  const std::string bad = prefix + "}(" + get(key[0]) + get(999) + "ueeu.";
+  FlatSink again;
+  try {
+    pickle::read_streaming(bad, again);
+    ADD_FAILURE() << "no error";
+  } catch (const PickleError& e) {
+    EXPECT_NE(std::string(e.what()).find("memo index 999 was never stored"), std::string::npos) << e.what();
+    EXPECT_EQ(e.offset(), bad.size() - 10);
+  }
+}

@@ -614,6 +614,34 @@ TEST(SnapshotTest, StreamedImportEqualsTreeImport) {
   }
 }
 
+// Trace entries read without a tree change nothing: every real pickle in the repo (torch 2.11's
+// fixtures, 20 training loops on every rank, their stacks="all" and "python" variants, the diff
+// pairs) imports the same with and without, and most of each trace is read that way.
+TEST(SnapshotTest, FlatEntriesImportAsTheStackMachineDoes) {
+  std::vector<std::string> paths;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(MEMSNAP_TEST_DATA))
+    if (e.path().extension() == ".pickle") paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  ASSERT_GE(paths.size(), 100u);
+  torch::ImportOptions off = options();
+  off.flat_entries = false;
+  std::size_t flat = 0, events = 0;
+  for (const auto& path : paths) {
+    SCOPED_TRACE(path);
+    const auto with = torch::import_snapshot_file(path, options());
+    const auto without = torch::import_snapshot_file(path, off);
+    expect_same_import(with, without);
+    EXPECT_EQ(without.flat_entries, 0u);
+    const std::size_t n = with.record.windows.at(0).events.size();
+    // All but the first entries of each key, action and frame.
+    if (n >= 1000) EXPECT_GE(with.flat_entries, n * 8 / 10) << n;
+    flat += with.flat_entries;
+    events += n;
+  }
+  EXPECT_GE(flat, events * 9 / 10);
+  std::printf("%zu pickles: %zu of %zu entries read flat\n", paths.size(), flat, events);
+}
+
 // Stack and frame ids come out as the tree walk gives them (segments first, then the entries in
 // trace order), whatever the pickle shares: frames shared between a segment and entries, entries
 // that appear twice, a trace list also held under another key (not streamable), and segments
