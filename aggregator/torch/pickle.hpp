@@ -209,7 +209,7 @@ struct FlatEntry {
   using NodeRef = const SharedNode<Value>*;
   enum class Is : std::uint8_t { node, integer, text, none, frames };
   struct Item {
-    NodeRef key = nullptr;        // the key's node (a memo reference), or nullptr: key_text
+    NodeRef key = nullptr;        // the key's node (a memo reference to a str), or nullptr: key_text
     std::string_view key_text;
     Is is = Is::none;
     NodeRef node = nullptr;       // Is::node: a memo reference

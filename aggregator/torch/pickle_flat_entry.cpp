@@ -5,7 +5,7 @@
 //
 // The shape (what torch 2.11's pickler writes, protocols 2 to 5):
 //   entry  := EMPTY_DICT put? MARK (key value put?)+ SETITEMS
-//   key    := GET | str put?
+//   key    := GET (of a str) | str put?
 //   value  := GET | BININT1 | BININT2 | BININT | LONG1 (8 bytes at most) | NONE | str | frames
 //   frames := EMPTY_LIST put? (MARK GET+ APPENDS | GET APPEND)*    (one per entry; each GET a dict)
 //   put    := MEMOIZE, or BINPUT / LONG_BINPUT of the next index; no GET may name it, but for the
@@ -177,8 +177,7 @@ bool Builder::flat_entry() {
     // The key.
     if (d[p] == BINGET || d[p] == LONG_BINGET) {
       item.key = get();
-      if (!item.key) return false;
-      deepest = std::max(deepest, (*item.key)->m_depth);
+      if (!item.key || (*item.key)->m_kind != Kind::string) return false;
     } else if (!text(item.key_text) || !unreferenced_put()) {
       return false;
     }
