@@ -74,6 +74,8 @@ class MemoRefs {
   int m_passes = 1;
 
   void note(std::uint64_t i);
+  template <typename Offset>
+  bool first_pass(std::string_view data, const MappedFile* file, std::uint64_t near);
   template <typename OnGet>
   void scan(std::string_view data, const MappedFile* file, const OnGet& on_get);
 };
