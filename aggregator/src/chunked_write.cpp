@@ -32,21 +32,25 @@ namespace memsnap::h5 {
 namespace {
 
 /// HDF5's shuffle filter: byte j of every element together (all first bytes, then all second
-/// bytes, ...), elements in order. Done in blocks of elements that stay in the L1 cache.
-void shuffle(const char* in, char* out, std::size_t elements, std::size_t size) {
+/// bytes, ...), elements in order. Done in blocks of elements that stay in the L1 cache. A last
+/// chunk of `elements` short of `stride` is shuffled as if padded with zero elements to `stride`
+/// (how HDF5 stores it), without a padded copy.
+void shuffle(const char* in, char* out, std::size_t elements, std::size_t stride, std::size_t size) {
   if (size == 1) {
     std::memcpy(out, in, elements);
-    return;
-  }
-  constexpr std::size_t kBlock = 256;
-  for (std::size_t first = 0; first < elements; first += kBlock) {
-    const std::size_t count = std::min(kBlock, elements - first);
-    const char* src = in + first * size;
-    for (std::size_t j = 0; j < size; ++j) {
-      char* dst = out + j * elements + first;
-      for (std::size_t i = 0; i < count; ++i) dst[i] = src[i * size + j];
+  } else {
+    constexpr std::size_t kBlock = 256;
+    for (std::size_t first = 0; first < elements; first += kBlock) {
+      const std::size_t count = std::min(kBlock, elements - first);
+      const char* src = in + first * size;
+      for (std::size_t j = 0; j < size; ++j) {
+        char* dst = out + j * stride + first;
+        for (std::size_t i = 0; i < count; ++i) dst[i] = src[i * size + j];
+      }
     }
   }
+  if (elements < stride)
+    for (std::size_t j = 0; j < size; ++j) std::memset(out + j * stride + elements, 0, stride - elements);
 }
 
 /// One thread's deflate state, writing zlib streams (what HDF5's deflate filter reads) into a
@@ -112,6 +116,9 @@ struct ChunkCompressor::Job {
   std::vector<Slot> slots;
   std::size_t next = 0;    // the next chunk to hand out
   unsigned active = 0;     // workers inside a chunk of this job
+  // Chunks compressed at once, at most: half of them, so that the buffers of the chunks in flight
+  // (two chunks' size each) stay within the data's own size, whatever the thread count.
+  std::size_t most_active = 1;
   bool closed = false;     // the writer left: hand out no more
 };
 
@@ -119,14 +126,17 @@ struct ChunkCompressor::Job {
 struct ChunkCompressor::Scratch {
   explicit Scratch(int level) : deflater(level) {}
   Deflater deflater;
-  std::vector<char> shuffled, padded;
+  std::vector<char> shuffled;
 };
 
-ChunkCompressor::ChunkCompressor(int level, unsigned threads) : m_level(level), m_scratch(std::make_unique<Scratch>(level)) {
+ChunkCompressor::ChunkCompressor(int level, unsigned threads) : m_level(level) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   // One thread: the caller compresses, nothing is started.
   if (threads > 1) {
+    m_spare.reserve(threads);
     for (unsigned i = 0; i < threads; ++i) m_threads.emplace_back([this] { work(); });
+  } else {
+    m_scratch = std::make_unique<Scratch>(level);
   }
 }
 
@@ -145,14 +155,8 @@ bool ChunkCompressor::compress(Job& job, std::size_t i, Scratch& s, std::vector<
   try {
     const std::size_t first = i * job.rows;
     const std::size_t rows = std::min(job.rows, job.n - first);
-    const char* src = job.data + first * job.size;
-    if (rows < job.rows) {
-      s.padded.assign(job.rows * job.size, '\0');
-      std::memcpy(s.padded.data(), src, rows * job.size);
-      src = s.padded.data();
-    }
     s.shuffled.resize(job.rows * job.size);
-    shuffle(src, s.shuffled.data(), job.rows, job.size);
+    shuffle(job.data + first * job.size, s.shuffled.data(), rows, job.rows, job.size);
     return s.deflater.compress(s.shuffled.data(), s.shuffled.size(), out);
   } catch (const std::exception&) {
     return false;  // out of memory: the writer reports the chunk
@@ -160,18 +164,32 @@ bool ChunkCompressor::compress(Job& job, std::size_t i, Scratch& s, std::vector<
 }
 
 void ChunkCompressor::work() {
-  Scratch scratch(m_level);
   std::unique_lock<std::mutex> lock(m_mutex);
   for (;;) {
-    m_wake.wait(lock, [&] { return m_stop || (m_job != nullptr && !m_job->closed && m_job->next < m_job->slots.size()); });
+    m_wake.wait(lock, [&] {
+      return m_stop || (m_job != nullptr && !m_job->closed && m_job->next < m_job->slots.size() &&
+                        m_job->active < m_job->most_active);
+    });
     if (m_stop) return;
     Job& job = *m_job;
     const std::size_t i = job.next++;
     ++job.active;
+    std::unique_ptr<Scratch> scratch;
+    if (!m_spare.empty()) {
+      scratch = std::move(m_spare.back());
+      m_spare.pop_back();
+    }
     lock.unlock();
     std::vector<char> out;
-    const bool ok = compress(job, i, scratch, out);
+    bool ok = false;
+    try {
+      if (!scratch) scratch = std::make_unique<Scratch>(m_level);
+      ok = compress(job, i, *scratch, out);
+    } catch (const std::exception&) {
+      ok = false;  // out of memory: the writer reports the chunk
+    }
     lock.lock();
+    if (scratch) m_spare.push_back(std::move(scratch));  // room reserved: one a thread at most
     job.slots[i].bytes = std::move(out);
     job.slots[i].state = ok ? Job::Slot::done : Job::Slot::failed;
     --job.active;
@@ -182,6 +200,7 @@ void ChunkCompressor::work() {
 void ChunkCompressor::run(const char* data, std::size_t n, std::size_t rows, std::size_t size,
                           const std::function<void(std::size_t, const std::vector<char>*)>& put) {
   Job job{data, n, rows, size, std::vector<Job::Slot>((n + rows - 1) / rows)};
+  job.most_active = std::max<std::size_t>(1, (job.slots.size() + 1) / 2);
   if (m_threads.empty()) {
     std::vector<char> bytes;
     for (std::size_t i = 0; i < job.slots.size(); ++i) put(i, compress(job, i, *m_scratch, bytes) ? &bytes : nullptr);

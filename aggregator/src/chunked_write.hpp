@@ -46,6 +46,10 @@ class ChunkCompressor {
   int m_level;
   std::unique_ptr<Scratch> m_scratch;  // the caller's, with no threads
   std::mutex m_mutex;
+  // The workers' scratch not in use. Made when a chunk finds none, so there are as many as chunks
+  // were ever compressed at once, not one a thread (a small window's few chunks on a 16-core
+  // host kept 16 compressors and their buffers: 10 MiB).
+  std::vector<std::unique_ptr<Scratch>> m_spare;
   std::condition_variable m_wake;   // workers: a job, or stop
   std::condition_variable m_ready;  // the caller: a chunk done, or a worker out of the job
   Job* m_job = nullptr;
