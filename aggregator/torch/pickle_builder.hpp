@@ -141,6 +141,20 @@ class Builder {
   // --- memo ----------------------------------------------------------------------------------
   void memo_put(std::uint64_t index);
   void memo_get(std::uint64_t index);
+  void memo_store(std::uint64_t index, Node node);
+  // The memo's node at `index` and the byte of its last GET; nullptr when never stored. Here, so
+  // that both the stack machine and the flat reading inline it (once per frame reference).
+  Node* memo_find(std::uint64_t index, std::size_t& last_get) {
+    if (const std::size_t slot = m_refs.slot(index); slot != MemoRefs::kNone) {
+      last_get = m_slots[slot].last_get;
+      return m_slots[slot].node ? &m_slots[slot].node : nullptr;
+    }
+    if (m_refs.dense(index)) return nullptr;
+    auto it = m_far_memo.find(index);
+    if (it == m_far_memo.end()) return nullptr;
+    last_get = m_refs.last_far_get(index);
+    return &it->second;
+  }
   void share(const Node& node);
 
   // --- opcodes -------------------------------------------------------------------------------

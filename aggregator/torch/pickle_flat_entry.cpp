@@ -21,14 +21,6 @@ namespace memsnap::pickle {
 
 using namespace opcodes;
 
-namespace {
-std::uint64_t le_bytes(const unsigned char* p, int n) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-}  // namespace
-
 bool Builder::flat_ready() const {
   if (m_marks.empty() || !m_dict_index.empty() || !m_memo_length.dense_only()) return false;
   const std::size_t base = m_marks.back();
@@ -42,17 +34,10 @@ bool Builder::flat_ready() const {
 // The memo's node at `index` for the GET at byte `at`, as memo_get finds it; nullptr when never
 // stored. A last GET is noted, so that the memo lets the node go once the entry is done.
 const Builder::Node* Builder::flat_get(std::uint64_t index, std::size_t at) {
-  if (const std::size_t slot = m_refs.slot(index); slot != MemoRefs::kNone) {
-    Slot& s = m_slots[slot];
-    if (!s.node) return nullptr;
-    if (s.last_get == at) m_flat_last.push_back(&s.node);
-    return &s.node;
-  }
-  if (m_refs.dense(index)) return nullptr;
-  auto it = m_far_memo.find(index);
-  if (it == m_far_memo.end()) return nullptr;
-  if (m_refs.last_far_get(index) == at) m_flat_last.push_back(&it->second);
-  return &it->second;
+  std::size_t last = 0;
+  Node* found = memo_find(index, last);
+  if (found && last == at) m_flat_last.push_back(found);
+  return found;
 }
 
 bool Builder::flat_entry() {
@@ -72,9 +57,6 @@ bool Builder::flat_entry() {
 
   // Whether byte p starts an opcode with `n` argument bytes inside the data.
   auto has = [&](std::size_t n) { return p < end && end - p > n; };
-  auto referenced = [&](std::uint64_t i) {
-    return m_refs.slot(i) != MemoRefs::kNone || (!m_refs.dense(i) && m_refs.referenced_far(i));
-  };
   // A put at p, if there is one: 0 none, 1 read (its index in `index`), -1 not of the shape.
   auto put = [&](std::uint64_t& index) -> int {
     if (p >= end) return -1;
@@ -82,7 +64,7 @@ bool Builder::flat_entry() {
     switch (d[p]) {
       case MEMOIZE: index = memo_next; len = 1; break;
       case BINPUT: if (!has(1)) return -1; index = d[p + 1]; len = 2; break;
-      case LONG_BINPUT: if (!has(4)) return -1; index = le_bytes(d + p + 1, 4); len = 5; break;
+      case LONG_BINPUT: if (!has(4)) return -1; index = le_uint(d + p + 1, 4); len = 5; break;
       default: return 0;
     }
     if (index != memo_next) return -1;  // out of order: the stack machine keeps the memo's length
@@ -94,7 +76,7 @@ bool Builder::flat_entry() {
   auto unreferenced_put = [&]() {
     std::uint64_t index;
     const int r = put(index);
-    return r == 0 || (r == 1 && !referenced(index));
+    return r == 0 || (r == 1 && !m_refs.referenced(index));
   };
   // A GET at p: its node, or nullptr (not a GET, or of nothing stored).
   auto get = [&]() -> const Node* {
@@ -105,7 +87,7 @@ bool Builder::flat_entry() {
       index = d[p + 1];
       p += 2;
     } else if (d[p] == LONG_BINGET && has(4)) {
-      index = le_bytes(d + p + 1, 4);
+      index = le_uint(d + p + 1, 4);
       p += 5;
     } else {
       return nullptr;
@@ -119,7 +101,7 @@ bool Builder::flat_entry() {
       len = d[p + 1];
       head = 2;
     } else if (d[p] == BINUNICODE && has(4)) {
-      len = le_bytes(d + p + 1, 4);
+      len = le_uint(d + p + 1, 4);
       head = 5;
     } else {
       return false;
@@ -134,7 +116,7 @@ bool Builder::flat_entry() {
     std::uint64_t index;
     const int r = put(index);
     if (r < 0) return false;
-    if (r == 1 && referenced(index)) frames_put = index;
+    if (r == 1 && m_refs.referenced(index)) frames_put = index;
     std::uint32_t list_depth = 1;
     auto frame = [&]() {
       const Node* f = get();
@@ -193,20 +175,20 @@ bool Builder::flat_entry() {
       case BININT2:
         if (!has(2)) return false;
         item.is = FlatEntry::Is::integer;
-        item.integer = static_cast<std::int64_t>(le_bytes(d + p + 1, 2));
+        item.integer = static_cast<std::int64_t>(le_uint(d + p + 1, 2));
         p += 3;
         break;
       case BININT:
         if (!has(4)) return false;
         item.is = FlatEntry::Is::integer;
-        item.integer = static_cast<std::int32_t>(static_cast<std::uint32_t>(le_bytes(d + p + 1, 4)));
+        item.integer = static_cast<std::int32_t>(static_cast<std::uint32_t>(le_uint(d + p + 1, 4)));
         p += 5;
         break;
       case LONG1: {
         if (!has(1)) return false;
         const std::size_t len = d[p + 1];
         if (len > 8 || !has(1 + len)) return false;
-        std::uint64_t u = le_bytes(d + p + 2, static_cast<int>(len));
+        std::uint64_t u = le_uint(d + p + 2, static_cast<int>(len));
         if (len > 0 && len < 8 && (d[p + 1 + len] & 0x80)) u |= ~std::uint64_t{0} << (8 * len);  // negative
         item.is = FlatEntry::Is::integer;
         item.integer = static_cast<std::int64_t>(u);
@@ -269,12 +251,7 @@ bool Builder::flat_entry() {
 
   // Done: the memo and the nodes as the stack machine leaves them once the entry has gone.
   for (std::uint64_t i = memo_first; i < memo_next; ++i) m_memo_length.insert(i);
-  if (list) {
-    if (const std::size_t slot = m_refs.slot(frames_put); slot != MemoRefs::kNone)
-      m_slots[slot].node = std::move(list);
-    else
-      m_far_memo[frames_put] = std::move(list);
-  }
+  if (list) memo_store(frames_put, std::move(list));
   for (const Node* f : fe.frames) (*f)->m_nested = true;
   for (std::size_t i = 0; i < fe.count; ++i)
     if (const Node* n = fe.items[i].node;

@@ -70,11 +70,7 @@ void MemoRefs::scan(std::string_view data, const MappedFile* file, const OnGet& 
   std::size_t pos = 0;
   constexpr std::size_t kReleaseStep = std::size_t{4} << 20;
   std::size_t released = 0;
-  auto le = [&](std::size_t at, int width) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < width; ++i) v |= static_cast<std::uint64_t>(p[at + static_cast<std::size_t>(i)]) << (8 * i);
-    return v;
-  };
+  auto le = [&](std::size_t at, int width) { return le_uint(p + at, width); };
   // From `pos` (past the opcode): `width` length bytes and the payload they announce, or npos.
   auto counted = [&](int width, bool is_signed) -> std::size_t {
     if (n - pos < static_cast<std::size_t>(width)) return std::string_view::npos;

@@ -51,6 +51,8 @@ class MemoRefs {
   bool dense(std::uint64_t i) const { return i < m_limit; }
   /// Whether a GET names an index past the bitmap's limit (explicit PUTs far out).
   bool referenced_far(std::uint64_t i) const { return m_sparse.count(i) != 0; }
+  /// Whether some GET names index i (near or far).
+  bool referenced(std::uint64_t i) const { return slot(i) != kNone || (!dense(i) && referenced_far(i)); }
   // The byte offset of the last GET of a referenced index past the bitmap's limit.
   std::size_t last_far_get(std::uint64_t i) const {
     auto it = m_sparse.find(i);

@@ -26,6 +26,13 @@ enum Op : std::uint8_t {
 };
 }  // namespace opcodes
 
+/// The unsigned little-endian number in the `width` bytes at `p` (opcode arguments, LONG1 bodies).
+inline std::uint64_t le_uint(const unsigned char* p, int width) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < width; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
 /// "0x" and two lowercase hex digits, for error messages.
 std::string hex_byte(std::uint8_t b);
 

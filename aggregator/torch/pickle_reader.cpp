@@ -59,9 +59,7 @@ std::string_view Builder::take(std::uint64_t n) {
 std::uint64_t Builder::take_le(int width) {
   const auto* p = reinterpret_cast<const unsigned char*>(take(static_cast<std::uint64_t>(width)).data());
   if (width == 1) return p[0];  // BINGET, BININT1: most of a snapshot's arguments
-  std::uint64_t v = 0;
-  for (int i = 0; i < width; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
+  return le_uint(p, width);
 }
 
 std::string_view Builder::take_line() {
@@ -144,9 +142,7 @@ Builder::Node Builder::make_text(Kind kind, std::string_view s) {
 Builder::Node Builder::make_le_int(std::string_view bytes) {
   // Small positive values of LONG1 (addresses, times) skip the public factory's string copy.
   if (!bytes.empty() && bytes.size() <= 8 && (static_cast<unsigned char>(bytes.back()) & 0x80) == 0) {
-    std::uint64_t u = 0;
-    for (std::size_t i = 0; i < bytes.size(); ++i)
-      u |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+    const std::uint64_t u = le_uint(reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
     return make_int(static_cast<std::int64_t>(u));
   }
   // Reuse the public factory's normalisation; it returns a fresh non-const-created node.
@@ -259,28 +255,23 @@ void Builder::dict_set_items(const Node& dict_node, std::size_t base) {
 void Builder::memo_put(std::uint64_t index) {
   need(1);
   m_memo_length.insert(index);
-  const std::size_t slot = m_refs.slot(index);
-  if (slot == MemoRefs::kNone && (m_refs.dense(index) || !m_refs.referenced_far(index))) return;  // no GET names it
+  if (!m_refs.referenced(index)) return;  // no GET names it
   const Node& node = m_stack.back();
   share(node);
-  if (slot != MemoRefs::kNone)
-    m_slots[slot].node = node;
+  memo_store(index, node);
+}
+
+// Keeps `node` for the GETs of a referenced index.
+void Builder::memo_store(std::uint64_t index, Node node) {
+  if (const std::size_t slot = m_refs.slot(index); slot != MemoRefs::kNone)
+    m_slots[slot].node = std::move(node);
   else
-    m_far_memo[index] = node;
+    m_far_memo[index] = std::move(node);
 }
 
 void Builder::memo_get(std::uint64_t index) {
-  Node* found = nullptr;
   std::size_t last = 0;
-  if (const std::size_t slot = m_refs.slot(index); slot != MemoRefs::kNone) {
-    if (m_slots[slot].node) found = &m_slots[slot].node;
-    last = m_slots[slot].last_get;
-  } else if (!m_refs.dense(index)) {
-    if (auto it = m_far_memo.find(index); it != m_far_memo.end()) {
-      found = &it->second;
-      last = m_refs.last_far_get(index);
-    }
-  }
+  Node* found = memo_find(index, last);
   if (!found) fail("memo index " + std::to_string(index) + " was never stored");
   // The same node: memo sharing is kept. After its last GET the memo lets go of it.
   if (last == m_op_offset)

@@ -68,7 +68,7 @@ class SnapshotImporter final : public pickle::TraceSink {
       if (k == kOtherKey || at[k]) return false;
       at[k] = &item;
     }
-    // Strs: from a node or inline; nullptr for anything else.
+    // Strs: from a node or inline; false for anything else.
     auto str = [](const pickle::FlatEntry::Item* item, std::string_view& out) {
       if (item->is == Is::text) {
         out = item->text;
@@ -90,13 +90,8 @@ class SnapshotImporter final : public pickle::TraceSink {
     };
     std::string_view text;
     if (!at[kAction] || !str(at[kAction], text)) return false;
-    constexpr std::uint32_t kUnknownAction = 0xff;
-    auto action_code = [](std::string_view name) {
-      const auto a = action_from_name(name);
-      return a ? static_cast<std::uint32_t>(*a) : kUnknownAction;
-    };
     const std::uint32_t code = at[kAction]->is == Is::node
-                                   ? by_node(m_action_of, *at[kAction]->node, [&](const Value& v) { return action_code(v.as_string()); })
+                                   ? by_node(m_action_of, *at[kAction]->node, [](const Value& v) { return action_code(v.as_string()); })
                                    : action_code(text);
     if (code == kUnknownAction) return false;
     Event e;
@@ -107,8 +102,7 @@ class SnapshotImporter final : public pickle::TraceSink {
     if (!integer(at[kTimeUs], false, time_us) || !integer(at[kSize], true, size) ||
         !integer(at[kStream], true, stream) || !integer(at[oom ? kDeviceFree : kAddr], true, addr))
       return false;
-    if (time_us > std::numeric_limits<std::int64_t>::max() / 1000 || time_us < std::numeric_limits<std::int64_t>::min() / 1000)
-      return false;
+    if (!time_us_fits(time_us)) return false;
     const auto* frames = at[kFrames];
     if (!frames || !(frames->is == Is::frames || (frames->is == Is::node && (*frames->node)->is_list()))) return false;
     std::string_view cc, um;
@@ -116,11 +110,7 @@ class SnapshotImporter final : public pickle::TraceSink {
     if (at[kUserMetadata] && !str(at[kUserMetadata], um)) return false;
 
     // Taken: as read_entry.
-    if (m_per_device.size() <= d) m_per_device.resize(d + 1);
-    if (m_entries_at_most != 0 && m_per_device[d].capacity() == 0) {
-      m_per_device[d].reserve(m_entries_at_most);
-      m_entries_at_most = 0;
-    }
+    std::vector<Event>& events = events_of(d);
     e.device = static_cast<std::int16_t>(d);
     e.time_ns = time_us * 1000;
     e.size = static_cast<std::uint64_t>(size);
@@ -143,8 +133,8 @@ class SnapshotImporter final : public pickle::TraceSink {
     m_absent_everywhere &= absent_text;
     if (absent_text != 0 && x.is_null()) x = nlohmann::json::object();
     if ((!x.is_null() && !x.empty()) || absent_text != 0)
-      m_entry_notes.push_back(EntryNotes{d, m_per_device[d].size(), std::move(x), absent_text});
-    m_per_device[d].push_back(e);
+      m_entry_notes.push_back(EntryNotes{d, events.size(), std::move(x), absent_text});
+    events.push_back(e);
     ++m_result.flat_entries;
     return true;
   }
@@ -213,6 +203,27 @@ class SnapshotImporter final : public pickle::TraceSink {
     const std::uint32_t id = compute(*node);
     ids.insert(node, id);
     return id;
+  }
+
+  // An action's code, or kUnknownAction for a name memsnap does not know (a newer torch).
+  static constexpr std::uint32_t kUnknownAction = 0xff;
+  static std::uint32_t action_code(std::string_view name) {
+    const auto a = action_from_name(name);
+    return a ? static_cast<std::uint32_t>(*a) : kUnknownAction;
+  }
+  // Whether time_us, in nanoseconds, fits an Event's time.
+  static bool time_us_fits(std::int64_t time_us) {
+    return time_us <= std::numeric_limits<std::int64_t>::max() / 1000 && time_us >= std::numeric_limits<std::int64_t>::min() / 1000;
+  }
+  // Device d's events: the first device to have entries gets them reserved for as many as the
+  // pickle can hold (m_per_device).
+  std::vector<Event>& events_of(std::size_t d) {
+    if (m_per_device.size() <= d) m_per_device.resize(d + 1);
+    if (m_entries_at_most != 0 && m_per_device[d].capacity() == 0) {
+      m_per_device[d].reserve(m_entries_at_most);
+      m_entries_at_most = 0;
+    }
+    return m_per_device[d];
   }
 
   template <typename F>
@@ -342,11 +353,7 @@ class SnapshotImporter final : public pickle::TraceSink {
   void read_entry(std::size_t d, std::size_t i, const Value& entry) {
     auto where = [&] { return "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]"; };
     if (!entry.is_dict()) bad(where(), std::string("expected a dict, got ") + pickle::kind_name(entry.kind()));
-    if (m_per_device.size() <= d) m_per_device.resize(d + 1);
-    if (m_entries_at_most != 0 && m_per_device[d].capacity() == 0) {
-      m_per_device[d].reserve(m_entries_at_most);
-      m_entries_at_most = 0;
-    }
+    std::vector<Event>& events = events_of(d);
     const ValuePtr* at[kEntryKeyCount] = {};
     const auto& items = entry.dict_items();
     m_keys.resize(items.size());
@@ -359,12 +366,8 @@ class SnapshotImporter final : public pickle::TraceSink {
     const Value* action_v = value(kAction);
     if (!action_v) bad(where(), "missing key 'action'");
     if (!action_v->is_string()) bad(where() + ".action", "not a str");
-    constexpr std::uint32_t kUnknownAction = 0xff;
-    const std::uint32_t action_code = by_node(m_action_of, *at[kAction], [](const Value& name) {
-      const auto a = action_from_name(name.as_string());
-      return a ? static_cast<std::uint32_t>(*a) : kUnknownAction;
-    });
-    const auto action = action_code == kUnknownAction ? std::nullopt : std::optional<Action>(static_cast<Action>(action_code));
+    const std::uint32_t code = by_node(m_action_of, *at[kAction], [](const Value& name) { return action_code(name.as_string()); });
+    const auto action = code == kUnknownAction ? std::nullopt : std::optional<Action>(static_cast<Action>(code));
     if (!action) {
       read_unknown_entry(d, i, entry, at[kFrames] ? *at[kFrames] : ValuePtr(), where);
       return;
@@ -375,8 +378,7 @@ class SnapshotImporter final : public pickle::TraceSink {
     const Value* time_v = value(kTimeUs);
     if (!time_v) bad(where(), "missing key 'time_us'");
     std::int64_t time_us = time_v->kind() == Kind::integer ? time_v->as_int64() : as_i64(*time_v, where() + ".time_us");
-    if (time_us > std::numeric_limits<std::int64_t>::max() / 1000 || time_us < std::numeric_limits<std::int64_t>::min() / 1000)
-      bad(where() + ".time_us", "out of range");
+    if (!time_us_fits(time_us)) bad(where() + ".time_us", "out of range");
     e.time_ns = time_us * 1000;
     e.size = entry_u64(value(kSize), where, "size");
     e.stream = entry_u64(value(kStream), where, "stream");
@@ -419,8 +421,8 @@ class SnapshotImporter final : public pickle::TraceSink {
       put_notes(notes, x, m_budget, skip);
     }
     if ((!x.is_null() && !x.empty()) || absent_text != 0)
-      m_entry_notes.push_back(EntryNotes{d, m_per_device[d].size(), std::move(x), absent_text});
-    m_per_device[d].push_back(e);
+      m_entry_notes.push_back(EntryNotes{d, events.size(), std::move(x), absent_text});
+    events.push_back(e);
   }
 
   // An action this memsnap does not know (a newer torch): no event, so no analysis sees it, but
