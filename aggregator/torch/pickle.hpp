@@ -164,7 +164,7 @@ class Value {
 /// Limits of the reader; defaults fit any snapshot.
 struct ReadOptions {
   std::uint32_t max_depth = 10000;  // nesting past this is rejected (protects every consumer)
-  // Where the reader adds the bytes it has read past, every 4 MiB (for a progress line; read
+  // Where the reader adds the bytes it has read past, every MiB (for a progress line; read
   // from another thread). The memo pre-pass is not counted; a pickle read again whole counts
   // twice.
   std::atomic<std::uint64_t>* progress = nullptr;
@@ -188,6 +188,8 @@ class MappedFile {
   /// Drops the mapped pages wholly inside [begin, end) from memory; they are read again from the
   /// file if touched later. A no-op for a file that was read rather than mapped.
   void release(std::size_t begin, std::size_t end) const;
+  /// How far a reader gets between releases of the pages behind it.
+  static constexpr std::size_t kReleaseStep = std::size_t{1} << 20;
 
  private:
   void unmap() noexcept;

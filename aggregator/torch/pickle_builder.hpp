@@ -82,9 +82,9 @@ class Builder {
   std::vector<Node> m_small_ints;
   static constexpr std::int64_t kSmallInts = 1 << 16;
 
-  // Every kReleaseStep bytes: the mapped file's pages behind the reader released, the bytes
-  // passed added to ReadOptions::progress.
-  static constexpr std::size_t kReleaseStep = std::size_t{4} << 20;
+  // Every MappedFile::kReleaseStep bytes: the mapped file's pages behind the reader released,
+  // the bytes passed added to ReadOptions::progress.
+  static constexpr std::size_t kReleaseStep = MappedFile::kReleaseStep;
   std::size_t m_release_at = kReleaseStep;
   std::size_t m_released = 0;
 

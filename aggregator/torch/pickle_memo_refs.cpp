@@ -68,7 +68,6 @@ void MemoRefs::scan(std::string_view data, const MappedFile* file, const OnGet& 
   const std::size_t n = data.size();
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   std::size_t pos = 0;
-  constexpr std::size_t kReleaseStep = std::size_t{4} << 20;
   std::size_t released = 0;
   auto le = [&](std::size_t at, int width) { return le_uint(p + at, width); };
   // From `pos` (past the opcode): `width` length bytes and the payload they announce, or npos.
@@ -80,7 +79,7 @@ void MemoRefs::scan(std::string_view data, const MappedFile* file, const OnGet& 
     return pos + static_cast<std::size_t>(width) + static_cast<std::size_t>(len);
   };
   while (pos < n) {
-    if (file && pos - released >= kReleaseStep) {
+    if (file && pos - released >= MappedFile::kReleaseStep) {
       file->release(released, pos);
       released = pos;
     }

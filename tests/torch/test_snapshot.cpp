@@ -634,7 +634,9 @@ TEST(SnapshotTest, FlatEntriesImportAsTheStackMachineDoes) {
     EXPECT_EQ(without.flat_entries, 0u);
     const std::size_t n = with.record.windows.at(0).events.size();
     // All but the first entries of each key, action and frame.
-    if (n >= 1000) EXPECT_GE(with.flat_entries, n * 8 / 10) << n;
+    if (n >= 1000) {
+      EXPECT_GE(with.flat_entries, n * 8 / 10) << n;
+    }
     flat += with.flat_entries;
     events += n;
   }
