@@ -480,7 +480,9 @@ int aggregate(const AggregateOptions& options, MPI_Comm parent) {
   o.top_sites = options.top_sites;
   o.deflate = options.deflate;
   o.threads = options.threads;
-  o.widen_binding = true;
+  // A rank mpirun bound to one core widens; a process nobody launched keeps the CPUs its user
+  // gave it (taskset, numactl).
+  o.widen_binding = mpi::launched();
   o.log = options.log;
   o.stats = options.stats;
   o.done = options.done;
