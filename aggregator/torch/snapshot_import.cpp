@@ -105,9 +105,14 @@ class SnapshotImporter final : public pickle::TraceSink {
     if (!time_us_fits(time_us)) return false;
     const auto* frames = at[kFrames];
     if (!frames || !(frames->is == Is::frames || (frames->is == Is::node && (*frames->node)->is_list()))) return false;
-    std::string_view cc, um;
-    if (at[kCompileContext] && !str(at[kCompileContext], cc)) return false;
-    if (at[kUserMetadata] && !str(at[kUserMetadata], um)) return false;
+    // compile_context and user_metadata: strs where they are there.
+    EntryText cc, um;
+    for (auto [k, t] : {std::pair{kCompileContext, &cc}, std::pair{kUserMetadata, &um}}) {
+      if (!at[k]) continue;
+      std::string_view v;
+      if (!str(at[k], v)) return false;
+      *t = EntryText{true, v};
+    }
 
     // Taken: as read_entry.
     std::vector<Event>& events = events_of(d);
@@ -124,17 +129,7 @@ class SnapshotImporter final : public pickle::TraceSink {
     });
     if (m_error) return true;  // as read_entry: the error is kept, the entry is not
     if (oom) m_w.oom = true;
-    nlohmann::json x;
-    if (at[kCompileContext] && cc != "N/A") x["compile_context"] = text_json(std::string(cc));
-    if (at[kUserMetadata] && !um.empty()) x["user_metadata"] = text_json(std::string(um));
-    std::uint8_t absent_text = 0;
-    if (!at[kCompileContext]) absent_text |= 1;
-    if (!at[kUserMetadata]) absent_text |= 2;
-    m_absent_everywhere &= absent_text;
-    if (absent_text != 0 && x.is_null()) x = nlohmann::json::object();
-    if ((!x.is_null() && !x.empty()) || absent_text != 0)
-      m_entry_notes.push_back(EntryNotes{d, events.size(), std::move(x), absent_text});
-    events.push_back(e);
+    keep_entry(d, events, e, cc, um, {});
     ++m_result.flat_entries;
     return true;
   }
@@ -388,11 +383,6 @@ class SnapshotImporter final : public pickle::TraceSink {
     e.stack_id = m_stacks.intern(at[kFrames] ? *at[kFrames] : ValuePtr(), [&] { return where() + ".frames"; });
     if (e.action == Action::oom) m_w.oom = true;
 
-    nlohmann::json x;  // null until something is noted
-    if (const Value* cc = value(kCompileContext); cc && cc->is_string() && cc->as_string() != "N/A")
-      x["compile_context"] = text_json(cc->as_string());
-    if (const Value* um = value(kUserMetadata); um && um->is_string() && !um->as_string().empty())
-      x["user_metadata"] = text_json(um->as_string());
     // The shape notes (note_shape of the keys export writes: those of an entry, with device_free
     // in place of addr for an oom), from the keys found above.
     const EntryKey swapped = e.action == Action::oom ? kAddr : kDeviceFree;  // not written
@@ -405,21 +395,41 @@ class SnapshotImporter final : public pickle::TraceSink {
       const EntryKey k = m_keys[j];
       if (k == kOtherKey || k == swapped || !fits(*items[j].second, entry_key_shape(k))) notes.other.emplace_back(items[j].first, items[j].second);
     }
-    std::uint8_t absent_text = 0;
-    if (!value(kCompileContext)) absent_text |= 1;
-    if (!value(kUserMetadata)) absent_text |= 2;
-    m_absent_everywhere &= absent_text;
-    // A missing compile_context or user_metadata is noted below; one there of another type
-    // is listed here with its value.
+    // A missing compile_context or user_metadata is noted by keep_entry; one there of another
+    // type is listed here with its value.
+    auto text = [&](EntryKey k) {
+      const Value* v = value(k);
+      return EntryText{v != nullptr, v && v->is_string() ? std::optional<std::string_view>(v->as_string()) : std::nullopt};
+    };
+    const EntryText cc = text(kCompileContext), um = text(kUserMetadata);
     static constexpr std::string_view kText[] = {"compile_context", "user_metadata"};
     std::span<const std::string_view> skip;
-    if (absent_text == 3) skip = std::span<const std::string_view>(kText, 2);
-    else if (absent_text == 1) skip = std::span<const std::string_view>(kText, 1);
-    else if (absent_text == 2) skip = std::span<const std::string_view>(kText + 1, 1);
+    if (!cc.there && !um.there) skip = std::span<const std::string_view>(kText, 2);
+    else if (!cc.there) skip = std::span<const std::string_view>(kText, 1);
+    else if (!um.there) skip = std::span<const std::string_view>(kText + 1, 1);
+    nlohmann::json x;  // null until something is noted
     if (!notes.absent.empty() || !notes.other.empty()) {
-      if (x.is_null()) x = nlohmann::json::object();
+      x = nlohmann::json::object();
       put_notes(notes, x, m_budget, skip);
     }
+    keep_entry(d, events, e, cc, um, std::move(x));
+  }
+
+  // An entry's compile_context or user_metadata: whether the key is there, and its text where it
+  // is a str.
+  struct EntryText {
+    bool there = false;
+    std::optional<std::string_view> str;
+  };
+  // An entry's event, taken by read_entry and flat_entry alike, and what is noted beside it: its
+  // compile_context and user_metadata where they say something, which of the two it lacks, and
+  // `x` (the notes of its shape, or null).
+  void keep_entry(std::size_t d, std::vector<Event>& events, const Event& e, const EntryText& cc, const EntryText& um,
+                  nlohmann::json x) {
+    if (cc.str && *cc.str != "N/A") x["compile_context"] = text_json(std::string(*cc.str));
+    if (um.str && !um.str->empty()) x["user_metadata"] = text_json(std::string(*um.str));
+    const std::uint8_t absent_text = (cc.there ? 0 : 1) | (um.there ? 0 : 2);
+    m_absent_everywhere &= absent_text;
     if ((!x.is_null() && !x.empty()) || absent_text != 0)
       m_entry_notes.push_back(EntryNotes{d, events.size(), std::move(x), absent_text});
     events.push_back(e);
