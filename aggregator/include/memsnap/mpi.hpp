@@ -30,12 +30,16 @@ inline bool finalized() {
   return flag != 0;
 }
 
+namespace detail {
+// Read as the program loads, before anything initialises MPI: a singleton's MPI_Init sets
+// PMIX_RANK in the process's own environment (Open MPI 4.1), so a later look would see a launch.
+inline const bool g_launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+                               std::getenv("PMI_RANK") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}  // namespace detail
+
 /// Whether a launcher (mpirun, srun, another PMI) started this process; if not, MPI makes it a
 /// singleton.
-inline bool launched() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
-         std::getenv("PMI_RANK") != nullptr || std::getenv("PMI_SIZE") != nullptr;
-}
+inline bool launched() { return detail::g_launched; }
 
 inline void check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
