@@ -71,8 +71,8 @@ class Session {
           {"OMPI_MCA_coll", "^hcoll"},
           {"OMPI_MCA_opal_cuda_support", "0"},
           {"HWLOC_COMPONENTS", "-cuda,-nvml,-opencl,-rsmi,-levelzero,-gl"},  // no GPU probing
-          // nor their plugins loaded (with the libraries they need: X11, OpenCL, NVML): 3 MiB of
-          // the import's peak resident memory on Debian, where a 30 MB pickle peaks near 45 MiB.
+          // nor their plugins loaded (with the libraries they need: X11, OpenCL, libxml2, NVML):
+          // 2 MiB of resident memory on Debian, where a 27 MB pickle's import peaks near 42 MiB.
           {"HWLOC_PLUGINS_BLACKLIST",
            "hwloc_pci,hwloc_cuda,hwloc_nvml,hwloc_opencl,hwloc_gl,hwloc_rsmi,hwloc_levelzero,hwloc_xml_libxml"},
       };
