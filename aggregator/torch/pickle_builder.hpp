@@ -84,8 +84,7 @@ class Builder {
 
   // Every MappedFile::kReleaseStep bytes: the mapped file's pages behind the reader released,
   // the bytes passed added to ReadOptions::progress.
-  static constexpr std::size_t kReleaseStep = MappedFile::kReleaseStep;
-  std::size_t m_release_at = kReleaseStep;
+  std::size_t m_release_at = MappedFile::kReleaseStep;
   std::size_t m_released = 0;
 
   // Streaming.

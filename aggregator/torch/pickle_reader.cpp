@@ -34,7 +34,7 @@ void Builder::release_behind() {
   if (m_file) m_file->release(m_released, m_pos);
   if (m_opt.progress) m_opt.progress->fetch_add(m_pos - m_released, std::memory_order_relaxed);
   m_released = m_pos;
-  m_release_at = m_pos + kReleaseStep;
+  m_release_at = m_pos + MappedFile::kReleaseStep;
 }
 
 std::string Builder::where() const {

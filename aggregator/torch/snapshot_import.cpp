@@ -115,7 +115,6 @@ class SnapshotImporter final : public pickle::TraceSink {
     }
 
     // Taken: as read_entry.
-    std::vector<Event>& events = events_of(d);
     e.device = static_cast<std::int16_t>(d);
     e.time_ns = time_us * 1000;
     e.size = static_cast<std::uint64_t>(size);
@@ -129,7 +128,7 @@ class SnapshotImporter final : public pickle::TraceSink {
     });
     if (m_error) return true;  // as read_entry: the error is kept, the entry is not
     if (oom) m_w.oom = true;
-    keep_entry(d, events, e, cc, um, {});
+    keep_entry(d, e, cc, um, {});
     ++m_result.flat_entries;
     return true;
   }
@@ -348,7 +347,6 @@ class SnapshotImporter final : public pickle::TraceSink {
   void read_entry(std::size_t d, std::size_t i, const Value& entry) {
     auto where = [&] { return "device_traces[" + std::to_string(d) + "][" + std::to_string(i) + "]"; };
     if (!entry.is_dict()) bad(where(), std::string("expected a dict, got ") + pickle::kind_name(entry.kind()));
-    std::vector<Event>& events = events_of(d);
     const ValuePtr* at[kEntryKeyCount] = {};
     const auto& items = entry.dict_items();
     m_keys.resize(items.size());
@@ -412,7 +410,7 @@ class SnapshotImporter final : public pickle::TraceSink {
       x = nlohmann::json::object();
       put_notes(notes, x, m_budget, skip);
     }
-    keep_entry(d, events, e, cc, um, std::move(x));
+    keep_entry(d, e, cc, um, std::move(x));
   }
 
   // An entry's compile_context or user_metadata: whether the key is there, and its text where it
@@ -424,8 +422,8 @@ class SnapshotImporter final : public pickle::TraceSink {
   // An entry's event, taken by read_entry and flat_entry alike, and what is noted beside it: its
   // compile_context and user_metadata where they say something, which of the two it lacks, and
   // `x` (the notes of its shape, or null).
-  void keep_entry(std::size_t d, std::vector<Event>& events, const Event& e, const EntryText& cc, const EntryText& um,
-                  nlohmann::json x) {
+  void keep_entry(std::size_t d, const Event& e, const EntryText& cc, const EntryText& um, nlohmann::json x) {
+    std::vector<Event>& events = events_of(d);
     if (cc.str && *cc.str != "N/A") x["compile_context"] = text_json(std::string(*cc.str));
     if (um.str && !um.str->empty()) x["user_metadata"] = text_json(std::string(*um.str));
     const std::uint8_t absent_text = (cc.there ? 0 : 1) | (um.there ? 0 : 2);
