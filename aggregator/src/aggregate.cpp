@@ -34,6 +34,7 @@
 #include "hdf5_util.hpp"
 #include "memsnap/codec.hpp"
 #include "memsnap/findings.hpp"
+#include "memsnap/interrupt.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/spill.hpp"
 #include "output_guard.hpp"
@@ -157,8 +158,9 @@ std::string for_user(std::string text, const Plan& plan) {
   return text;
 }
 
-/// Checks the output and makes the temporary folder (rank 0). Returns an error line or "".
-std::string prepare_output(Plan& plan, const fs::path& output, bool overwrite) {
+/// Checks the output and makes the temporary folder (rank 0), which `guard` removes if the process
+/// is interrupted. Returns an error line or "".
+std::string prepare_output(Plan& plan, const fs::path& output, bool overwrite, interrupt::Temporary& guard) {
   std::error_code ec;
   plan.output = fs::absolute(output, ec).lexically_normal();
   if (ec) return output.string() + ": " + ec.message();
@@ -174,6 +176,7 @@ std::string prepare_output(Plan& plan, const fs::path& output, bool overwrite) {
   std::ostringstream name;
   name << "." << plan.output.filename().string() << ".tmp-" << ::getpid() << "-" << std::hex << rd();
   plan.tmp = parent / name.str();
+  guard = interrupt::Temporary(plan.tmp);
   if (!fs::create_directory(plan.tmp, ec) || ec) {
     return parent.string() + ": cannot write the store in this folder: " + ec.message();
   }
@@ -268,7 +271,7 @@ unsigned threads_per_rank(const mpi::Comm& comm, bool widen) {
 
 /// Everything after the plan: local work, gather, rank 0's decision, broadcast of the outcome.
 void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<ItemInput>& mine, std::size_t total,
-                    const CoreOptions& o) {
+                    const CoreOptions& o, interrupt::Temporary& tmp_guard) {
   ProcessOptions po;
   po.top_sites = o.top_sites;
   po.deflate = o.deflate;
@@ -394,6 +397,9 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
       }
       index.findings = &found;
       write_root_file(plan.tmp / plan.output.filename(), index);
+      // From here the temporary folder may hold the earlier store (install_store moves it there
+      // before the new one goes in): an interrupt must not remove it.
+      tmp_guard.release();
       install_store(plan, o.overwrite);
       fs::remove_all(plan.tmp, ec);
       if (o.done != nullptr) {
@@ -447,6 +453,7 @@ int aggregate(const AggregateOptions& options, MPI_Comm parent) {
   h5::QuietErrors quiet;
   mpi::Comm comm(parent);
   Plan plan;
+  interrupt::Temporary tmp_guard;
   if (comm.rank() == 0) {
     std::error_code ec;
     const fs::path run_dir = fs::absolute(options.run_dir, ec).lexically_normal();
@@ -466,7 +473,8 @@ int aggregate(const AggregateOptions& options, MPI_Comm parent) {
       }
     }
     if (plan.error.empty()) {
-      plan.error = prepare_output(plan, options.output.empty() ? run_dir / kDefaultStoreName : options.output, options.overwrite);
+      plan.error = prepare_output(plan, options.output.empty() ? run_dir / kDefaultStoreName : options.output, options.overwrite,
+                                  tmp_guard);
     }
     plan.progress = options.progress;
   }
@@ -487,7 +495,7 @@ int aggregate(const AggregateOptions& options, MPI_Comm parent) {
   o.stats = options.stats;
   o.done = options.done;
   o.verb = options.verb;
-  run_collective(comm, plan, mine, plan.files.size(), o);
+  run_collective(comm, plan, mine, plan.files.size(), o, tmp_guard);
   return 0;
 }
 
@@ -547,8 +555,9 @@ void InJobWriter::Impl::run(std::vector<ItemInput>& mine) {
   h5::QuietErrors quiet;
   const InJobOptions& opt = options;
   Plan plan;
+  interrupt::Temporary tmp_guard;
   if (comm.rank() == 0) {
-    plan.error = opt.output.empty() ? "no output store given" : prepare_output(plan, opt.output, opt.overwrite);
+    plan.error = opt.output.empty() ? "no output store given" : prepare_output(plan, opt.output, opt.overwrite, tmp_guard);
   }
   plan = share_plan(comm, std::move(plan));
   for (auto& in : mine) in.index = static_cast<std::uint32_t>(comm.rank());
@@ -558,7 +567,7 @@ void InJobWriter::Impl::run(std::vector<ItemInput>& mine) {
   o.top_sites = opt.top_sites;
   o.deflate = opt.deflate;
   o.verb = "memsnap";
-  run_collective(comm, plan, mine, 0, o);
+  run_collective(comm, plan, mine, 0, o, tmp_guard);
 }
 
 }  // namespace memsnap

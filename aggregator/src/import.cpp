@@ -32,6 +32,7 @@
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
 #include "memsnap/import_export.hpp"
+#include "memsnap/interrupt.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/numeric.hpp"
 #include "memsnap/spill.hpp"
@@ -422,6 +423,8 @@ int import_main(const ImportCliOptions& o) {
   mpi::bcast_bytes(*comm, name_bytes, 0);
   const fs::path work = fs::absolute(o.output).parent_path() / std::string(name_bytes.begin(), name_bytes.end());
   const fs::path spill_dir = work / "spill";
+  interrupt::Temporary work_guard;  // an interrupted import leaves no working folder
+  if (root) work_guard = interrupt::Temporary(work);
 
   // Each aggregator rank converts its share of ranks; failures are agreed on collectively.
   std::string error;

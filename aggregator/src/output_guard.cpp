@@ -147,10 +147,12 @@ ExportFile::ExportFile(fs::path file, bool overwrite) : m_file(std::move(file)),
   std::ostringstream name;
   name << "." << m_file.filename().string() << ".tmp-" << ::getpid() << "-" << std::hex << rd();
   m_tmp = dir / name.str();
+  m_tmp_guard = interrupt::Temporary(m_tmp);
   m_fd = ::open(m_tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (m_fd < 0) {
     m_error = m_file.string() + ": cannot write in " + dir.string() + ": " + std::strerror(errno);
     m_tmp.clear();  // not ours to remove
+    m_tmp_guard.release();
   }
 }
 
@@ -191,6 +193,7 @@ std::string ExportFile::commit() {
   fs::rename(m_tmp, m_file, ec);
   if (ec) return m_error = failure(ec.message());
   m_tmp.clear();  // it is `file` now
+  m_tmp_guard.release();
   return "";
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "memsnap/interrupt.hpp"
+
 namespace memsnap {
 
 /// What is at an output path.
@@ -65,6 +67,7 @@ class ExportFile {
  private:
   std::string failure(const std::string& error);
   std::filesystem::path m_file, m_tmp;
+  interrupt::Temporary m_tmp_guard;  // an interrupted export leaves no temporary file
   bool m_overwrite;
   int m_fd = -1;
   std::string m_error;  // the first failure, in words

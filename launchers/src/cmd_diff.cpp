@@ -14,6 +14,7 @@
 #include "memsnap/diff.hpp"
 #include "memsnap/diff_pages.hpp"
 #include "memsnap/import_export.hpp"
+#include "memsnap/interrupt.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/store.hpp"
 
@@ -31,10 +32,12 @@ struct SideArg {
 // A folder made for pickles imported on the fly, removed with everything in it at the end.
 struct TempFolder {
   fs::path path;
+  interrupt::Temporary guard;  // and if the command is interrupted
   TempFolder() {
     std::string t = (fs::temp_directory_path() / "memsnap-diff-XXXXXX").string();
     if (mkdtemp(t.data()) == nullptr) throw Error("cannot make a temporary folder in " + fs::temp_directory_path().string());
     path = t;
+    guard = interrupt::Temporary(path);
   }
   ~TempFolder() {
     std::error_code ec;

@@ -1,7 +1,9 @@
 // `memsnap view`: from PyTorch snapshot pickles to the report's pages in one step (import into a
 // folder of its own, then report), ending with the path of the page to open.
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -30,6 +32,30 @@ fs::path default_folder(fs::path first) {
   return first.parent_path() / (name + ".memsnap");
 }
 
+/// For a name in the view's folder that looks like a temporary of memsnap's own import or
+/// aggregation (".memsnap.h5.import-PID-N", ".memsnap.h5.tmp-PID-HEX"): what to tell the user, or ""
+/// when it does not. Such a folder outlives its process only when that was killed outright (SIGKILL,
+/// a lost node); a signal it can take (Ctrl-C, SIGTERM) removes it. Not removed here: a name alone
+/// does not prove whose it is.
+std::string temporary_note(const fs::path& dir, const fs::path& store, const std::string& name) {
+  for (const char* kind : {".import-", ".tmp-"}) {
+    const std::string prefix = "." + store.filename().string() + kind;
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const std::size_t dash = rest.find('-');
+    if (dash == 0 || dash > 9 || rest.find_first_not_of("0123456789") != dash) return "";
+    const std::string pid = rest.substr(0, dash);
+    const long number = std::stol(pid);
+    if (number <= 0) return "";
+    const bool running = ::kill(static_cast<pid_t>(number), 0) == 0 || errno == EPERM;
+    if (running) return dir.string() + " holds " + name + ", the working folder of memsnap process " + pid +
+                        ", which is still running here; let it finish, or choose another -o";
+    return dir.string() + " holds " + name + ", left by a memsnap command that was killed (process " + pid +
+           " has ended); remove it (rm -r " + (dir / name).string() + ") and run again";
+  }
+  return "";
+}
+
 /// "" when the view may write into `dir`: it is absent or empty, or holds only what an earlier view
 /// wrote (the store, its data folder, a report folder that is empty or memsnap's). The store
 /// itself is checked by import, before it writes anything; the report folder here, so that a
@@ -43,6 +69,7 @@ std::string folder_refusal(const fs::path& dir, const fs::path& store, bool over
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name != store.filename().string() && name != store_data_dir(store).filename().string() && name != kReportDir) {
+      if (std::string note = temporary_note(dir, store, name); !note.empty()) return note;
       return dir.string() + " holds " + name + ", which memsnap did not write" + choose;
     }
   }

@@ -8,6 +8,7 @@
 
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
+#include "memsnap/interrupt.hpp"
 #include "memsnap/report.hpp"
 
 namespace memsnap::cli {
@@ -35,6 +36,11 @@ void add_commands(CLI::App& app) {
   if (CLI::App* report = app.get_subcommand("report")) {
     report->footer("Example:\n  memsnap report RUN_DIR/memsnap.h5   (then open RUN_DIR/report/index.html)\n");
     if (CLI::Option* bands = report->get_option_no_throw("--max-bands")) bands->capture_default_str();
+  }
+  // The offline commands leave none of their temporaries when interrupted (Ctrl-C, mpirun's
+  // SIGTERM): taken before any of them starts MPI or a thread. `run` forwards signals to its child.
+  for (CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_name() != "run") sub->preparse_callback([](std::size_t) { interrupt::remove_temporaries_on_signal(); });
   }
   if (CLI::App* run = app.get_subcommand("run")) {
     run->footer("Example:\n  mpirun -np 8 memsnap run --config memsnap.yaml -- python train.py\n"

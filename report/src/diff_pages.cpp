@@ -10,6 +10,7 @@
 #include "html/html.hpp"
 #include "html/web_assets.hpp"
 #include "memsnap/errors.hpp"
+#include "memsnap/interrupt.hpp"
 #include "memsnap/report.hpp"
 
 namespace memsnap {
@@ -136,6 +137,7 @@ std::string write_diff_output(const diff::DiffResult& result, const fs::path& di
   if (created && !fs::create_directories(dir, ec) && ec) return "cannot make " + dir.string() + ": " + ec.message();
   const fs::path staging = dir / kStaging;
   fs::remove_all(staging, ec);
+  interrupt::Temporary staging_guard(staging);  // an interrupted diff leaves no staging folder
   auto undo = [&] {
     std::error_code e2;
     fs::remove_all(staging, e2);

@@ -26,6 +26,7 @@
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
 #include "memsnap/mpi.hpp"
+#include "memsnap/interrupt.hpp"
 #include "memsnap/names.hpp"
 #include "memsnap/progress.hpp"
 #include "memsnap/report.hpp"
@@ -236,6 +237,7 @@ int report_main(const ReportOptions& options) {
   StoreInfo info;
   FolderState folder;
   bool created_dir = false;
+  interrupt::Temporary staging_guard;  // an interrupted report leaves no staging folder
   try {
     store = std::make_unique<StoreReader>(options.store);
     info = store->info();
@@ -247,6 +249,7 @@ int report_main(const ReportOptions& options) {
       fs::create_directories(out_dir, ec);
       if (ec) throw Error("cannot create " + out_dir.string() + ": " + ec.message());
       fs::remove_all(staging, ec);  // a report that died before it finished
+      staging_guard = interrupt::Temporary(staging);
       fs::create_directories(staging, ec);
       if (ec) throw Error("cannot create " + staging.string() + ": " + ec.message());
     }

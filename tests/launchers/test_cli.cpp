@@ -1,12 +1,21 @@
 // The memsnap command as a user runs it: real mpirun, real HDF5, real Chromium.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -649,6 +658,122 @@ TEST(Cli, AFailedImportLeavesTheEarlierStoreAndNothingElse) {
     EXPECT_FALSE(fs::exists(fresh));
     EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>());
   }
+}
+
+// Starts `args` with SIGINT, SIGTERM and SIGHUP at their defaults, as a terminal's foreground job
+// has them (a shell ignores SIGINT in the jobs it starts in the background), `env` added to the
+// environment, output to `log`.
+pid_t spawn_as_foreground(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& log) {
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> all = env;
+  for (char** e = environ; *e != nullptr; ++e) all.emplace_back(*e);
+  all.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+  all.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  for (auto& e : all) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t def;
+  sigemptyset(&def);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&def, sig);
+  posix_spawnattr_setsigdefault(&attr, &def);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&files, 1, 2);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &files, &attr, argv.data(), envp.data()) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&files);
+  posix_spawnattr_destroy(&attr);
+  return pid;
+}
+
+bool wait_until(const std::function<bool()>& done) {
+  for (int i = 0; i < 1500; ++i) {  // 30 s
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// Ctrl-C, mpirun's SIGTERM or a closed terminal while an import works (here: waits on its input,
+// a pipe nobody writes): the command ends by that signal, as before, and leaves none of its
+// temporaries, neither its working folder beside the store nor Open MPI's session folder. The
+// same for `memsnap view`, whose folder then takes the next view.
+TEST(Cli, AnInterruptedImportLeavesNothingBehind) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    SCOPED_TRACE(strsignal(sig));
+    for (const std::string verb : {"import", "view"}) {
+      SCOPED_TRACE(verb);
+      test::TempDir dir;
+      const fs::path tmp = dir / "tmp", fifo = dir / "rank0.1.pickle";
+      fs::create_directories(tmp);
+      ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+      const fs::path out = verb == "import" ? dir / "s.h5" : dir / "v";
+      const fs::path work_in = verb == "import" ? dir.path() : out;
+      const pid_t pid = spawn_as_foreground({kMemsnap, verb, fifo.string(), "-o", out.string()}, {"TMPDIR=" + tmp.string()},
+                                            dir / "log");
+      ASSERT_GT(pid, 0);
+      const bool working = wait_until([&] {
+        return fs::is_directory(work_in) && !leftovers(work_in).empty() && !fs::is_empty(tmp);
+      });
+      EXPECT_TRUE(working) << "no working folder or MPI session folder appeared: " << test::read_file(dir / "log");
+      ::kill(pid, sig);
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status << ": " << test::read_file(dir / "log");
+      if (fs::exists(work_in)) {
+        EXPECT_EQ(leftovers(work_in), std::vector<std::string>());
+      }
+      EXPECT_TRUE(fs::is_empty(tmp)) << fs::directory_iterator(tmp)->path();
+      EXPECT_FALSE(fs::exists(dir / "s.h5"));
+      EXPECT_FALSE(fs::exists(out / "memsnap.h5"));
+      if (verb == "view") {
+        fs::remove(fifo);
+        fs::copy_file(std::string(MEMSNAP_TEST_DATA) + "/torch-2.11/snap_oom.pickle", fifo);
+        const Result r = sh(kMemsnap + " view " + fifo.string() + " -o " + out.string());
+        EXPECT_EQ(r.code, 0) << r.out;
+      }
+    }
+  }
+}
+
+// A working folder that outlived its process (killed outright: SIGKILL, a lost node) is named
+// for what it is, in `memsnap view`'s refusal, with what to do; it is not removed.
+TEST(Cli, ViewNamesTheWorkingFolderOfAKilledCommand) {
+  test::TempDir dir;
+  const fs::path pickle = dir / "snap.pickle", view = dir / "v";
+  fs::copy_file(std::string(MEMSNAP_TEST_DATA) + "/torch-2.11/snap_oom.pickle", pickle);
+  const pid_t ended = ::fork();
+  if (ended == 0) ::_exit(0);
+  ASSERT_GT(ended, 0);
+  ASSERT_EQ(::waitpid(ended, nullptr, 0), ended);
+  const std::string stale = ".memsnap.h5.import-" + std::to_string(ended) + "-7";
+  fs::create_directories(view / stale / "spill");
+  Result r = sh(kMemsnap + " view " + pickle.string() + " -o " + view.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("holds " + stale + ", left by a memsnap command that was killed (process " + std::to_string(ended) +
+                       " has ended); remove it (rm -r " + (view / stale).string() + ") and run again"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(fs::is_directory(view / stale / "spill"));
+  // One whose process still runs (this test's): wait for it.
+  fs::remove_all(view / stale);
+  const std::string live = ".memsnap.h5.tmp-" + std::to_string(::getpid()) + "-ab12";
+  fs::create_directories(view / live);
+  r = sh(kMemsnap + " view " + pickle.string() + " -o " + view.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("holds " + live + ", the working folder of memsnap process " + std::to_string(::getpid()) +
+                       ", which is still running here"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(fs::is_directory(view / live));
 }
 
 // Issue #27 item 7: every error names its file and says in words what is wrong; each command ends

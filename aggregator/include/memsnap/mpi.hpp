@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "memsnap/errors.hpp"
+#include "memsnap/interrupt.hpp"
 
 namespace memsnap::mpi {
 
@@ -95,6 +96,7 @@ class Session {
           std::string folder = (std::filesystem::temp_directory_path(ec) / "memsnap-mpi-XXXXXX").string();
           if (!ec && ::mkdtemp(folder.data()) != nullptr) {
             m_session_base = folder;
+            m_session_guard = interrupt::Temporary(folder);  // and if the command is interrupted
             ::setenv(kSessionBase, folder.c_str(), 0);
             set_here.push_back(kSessionBase);
           }
@@ -120,12 +122,14 @@ class Session {
   static constexpr const char* kSessionBase = "OMPI_MCA_orte_tmpdir_base";
   bool m_owned = false;
   std::string m_session_base;  // the folder made for this process's Open MPI session, or empty
+  interrupt::Temporary m_session_guard;
 
   void remove_session_base() noexcept {
     if (m_session_base.empty()) return;
     std::error_code ec;
     std::filesystem::remove_all(m_session_base, ec);  // made by mkdtemp here: only this process wrote in it
     m_session_base.clear();
+    m_session_guard.release();
   }
 };
 

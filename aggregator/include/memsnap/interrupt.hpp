@@ -1,0 +1,38 @@
+// What an offline command (import, view, aggregate, report, export, diff) leaves when it is
+// interrupted: nothing of its own. Ctrl-C, mpirun's SIGTERM or a closed terminal removes the
+// temporary files and folders it made, then ends it by that signal as before.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+namespace memsnap::interrupt {
+
+/// From here on, SIGINT, SIGTERM and SIGHUP remove every live Temporary, then end the process by
+/// that signal (its exit status is the one the signal gave before). Call it before any thread
+/// starts: it blocks those signals in the calling thread, whose mask later threads inherit, and
+/// takes them on a thread of its own. A child forked after it gets them unblocked. Calling it
+/// again does nothing. Never for `memsnap run`, which forwards signals to its child.
+void remove_temporaries_on_signal();
+
+/// A file or folder this process made for itself, removed (recursively) if the process is
+/// interrupted while the guard lives. Its owner still removes or renames it on the normal paths;
+/// call release() once it is no longer temporary (renamed into place, or removed).
+class Temporary {
+ public:
+  Temporary() = default;
+  explicit Temporary(std::filesystem::path path);
+  ~Temporary();
+  Temporary(Temporary&& other) noexcept;
+  Temporary& operator=(Temporary&& other) noexcept;
+  Temporary(const Temporary&) = delete;
+  Temporary& operator=(const Temporary&) = delete;
+
+  /// No longer removed on a signal.
+  void release() noexcept;
+
+ private:
+  std::uint64_t m_id = 0;  // 0: nothing registered
+};
+
+}  // namespace memsnap::interrupt

@@ -1,0 +1,133 @@
+// Temporaries removed when an offline command is interrupted: see memsnap/interrupt.hpp.
+//
+// The signals are taken by sigwait on a thread of their own rather than in a handler, so that the
+// removal is ordinary code (std::filesystem, a mutex) instead of async-signal-safe code. Other
+// threads may still be writing into a folder while it is removed: the removal is tried a few
+// times, and the process ends right after.
+#include "memsnap/interrupt.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace memsnap::interrupt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::uint64_t next_id = 1;
+  std::vector<std::pair<std::uint64_t, fs::path>> paths;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: the signal thread may use it during exit
+  return *r;
+}
+
+sigset_t taken_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  return set;
+}
+
+void remove_all_registered() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& [id, path] : r.paths) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+      if (!ec && !fs::exists(fs::symlink_status(path, ec))) break;
+    }
+  }
+  r.paths.clear();
+}
+
+[[noreturn]] void wait_for_signals() {
+  const sigset_t set = taken_signals();
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  remove_all_registered();
+  // End by the same signal: its default action, delivered to this thread, where it is unblocked.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(sig);
+  for (;;) pause();  // not reached: the default action of these signals ends the process
+}
+
+void unblock_in_child() {
+  const sigset_t set = taken_signals();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+}  // namespace
+
+void remove_temporaries_on_signal() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // A signal the user's shell ignores (a command started with `nohup`, or in the background of
+    // a script) stays ignored: sigwait would take it anyway.
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction old {};
+      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaddset(&set, sig);
+    }
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    pthread_atfork(nullptr, nullptr, unblock_in_child);
+    try {
+      std::thread(wait_for_signals).detach();
+    } catch (const std::exception&) {
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // no thread: the signals act as before
+    }
+  });
+}
+
+Temporary::Temporary(fs::path path) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  m_id = r.next_id++;
+  r.paths.emplace_back(m_id, std::move(path));
+}
+
+Temporary::~Temporary() { release(); }
+
+Temporary::Temporary(Temporary&& other) noexcept : m_id(std::exchange(other.m_id, 0)) {}
+
+Temporary& Temporary::operator=(Temporary&& other) noexcept {
+  if (this != &other) {
+    release();
+    m_id = std::exchange(other.m_id, 0);
+  }
+  return *this;
+}
+
+void Temporary::release() noexcept {
+  if (m_id == 0) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (auto it = r.paths.begin(); it != r.paths.end(); ++it) {
+    if (it->first == m_id) {
+      r.paths.erase(it);
+      break;
+    }
+  }
+  m_id = 0;
+}
+
+}  // namespace memsnap::interrupt
