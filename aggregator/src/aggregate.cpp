@@ -400,7 +400,10 @@ void run_collective(const mpi::Comm& comm, const Plan& plan, const std::vector<I
       // From here the temporary folder may hold the earlier store (install_store moves it there
       // before the new one goes in): an interrupt must not remove it.
       tmp_guard.release();
-      install_store(plan, o.overwrite);
+      {
+        const interrupt::Deferred renames;  // the store is installed whole, or left as it was
+        install_store(plan, o.overwrite);
+      }
       fs::remove_all(plan.tmp, ec);
       if (o.done != nullptr) {
         o.done->filled = true;

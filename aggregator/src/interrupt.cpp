@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Registry {
+  std::mutex deferred;  // held by a Deferred, and by the signal thread before it acts
   std::mutex mutex;
   std::uint64_t next_id = 1;
   std::vector<std::pair<std::uint64_t, fs::path>> paths;
@@ -56,6 +57,7 @@ void remove_all_registered() {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
+  std::lock_guard<std::mutex> wait_for_renames(registry().deferred);
   remove_all_registered();
   // End by the same signal: its default action, delivered to this thread, where it is unblocked.
   struct sigaction dfl {};
@@ -97,6 +99,10 @@ void remove_temporaries_on_signal() {
     }
   });
 }
+
+Deferred::Deferred() { registry().deferred.lock(); }
+
+Deferred::~Deferred() { registry().deferred.unlock(); }
 
 Temporary::Temporary(fs::path path) {
   Registry& r = registry();

@@ -418,6 +418,7 @@ int report_main(const ReportOptions& options) {
   }
   if (failed()) return 1;
   try {
+    const interrupt::Deferred renames;  // an interrupt waits for this rank's pages to be in place
     for (const auto& p : pages) move_file(join_inside(staging, p.name), join_inside(out_dir, p.name));
   } catch (const std::exception& e) {
     error = e.what();
@@ -428,28 +429,31 @@ int report_main(const ReportOptions& options) {
   if (root) {
     line.end();
     try {
-      move_file(staging / "index.html", out_dir / "index.html");
-      move_file(staging / "summary.json", out_dir / "summary.json");
-      // The earlier report's pages this one does not have: only files memsnap wrote there (its
-      // marker lists them).
-      std::set<std::string> now = {"index.html", "summary.json"};
-      for (const auto& p : all_pages) now.insert(p.page);
       std::size_t removed = 0;
-      for (const auto& old : folder.files) {
-        if (now.count(old)) continue;
-        const auto path = listed_path(out_dir, old);
+      {
+        const interrupt::Deferred renames;  // and for the index, the summary and the marker
+        move_file(staging / "index.html", out_dir / "index.html");
+        move_file(staging / "summary.json", out_dir / "summary.json");
+        // The earlier report's pages this one does not have: only files memsnap wrote there (its
+        // marker lists them).
+        std::set<std::string> now = {"index.html", "summary.json"};
+        for (const auto& p : all_pages) now.insert(p.page);
+        for (const auto& old : folder.files) {
+          if (now.count(old)) continue;
+          const auto path = listed_path(out_dir, old);
+          std::error_code ec;
+          if (path && fs::is_regular_file(fs::symlink_status(*path, ec)) && fs::remove(*path, ec)) ++removed;
+        }
+        json marker = {{"format", "memsnap-report"},
+                       {"format_version", 1},
+                       {"note", "written by memsnap report: memsnap replaces this folder's report only where this file "
+                                "is; it removes only the files listed here"},
+                       {"store", fs::absolute(options.store).string()},
+                       {"files", json(std::vector<std::string>(now.begin(), now.end()))}};
+        write_file(out_dir / kMarker, marker.dump(1) + "\n");
         std::error_code ec;
-        if (path && fs::is_regular_file(fs::symlink_status(*path, ec)) && fs::remove(*path, ec)) ++removed;
+        fs::remove_all(staging, ec);
       }
-      json marker = {{"format", "memsnap-report"},
-                     {"format_version", 1},
-                     {"note", "written by memsnap report: memsnap replaces this folder's report only where this file "
-                              "is; it removes only the files listed here"},
-                     {"store", fs::absolute(options.store).string()},
-                     {"files", json(std::vector<std::string>(now.begin(), now.end()))}};
-      write_file(out_dir / kMarker, marker.dump(1) + "\n");
-      std::error_code ec;
-      fs::remove_all(staging, ec);
 
       if (!options.quiet) {
         const json& findings = cross->summary_json["findings"];

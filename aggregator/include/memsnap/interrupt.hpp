@@ -35,4 +35,14 @@ class Temporary {
   std::uint64_t m_id = 0;  // 0: nothing registered
 };
 
+/// While one lives, an interrupt waits: a few renames that put a finished output in place (a store,
+/// a report's pages) run to their end, or are undone, before the process ends.
+class Deferred {
+ public:
+  Deferred();
+  ~Deferred();
+  Deferred(const Deferred&) = delete;
+  Deferred& operator=(const Deferred&) = delete;
+};
+
 }  // namespace memsnap::interrupt
