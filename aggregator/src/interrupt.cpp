@@ -32,13 +32,6 @@ Registry& registry() {
   return *r;
 }
 
-sigset_t taken_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-  return set;
-}
-
 void remove_all_registered() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -52,8 +45,8 @@ void remove_all_registered() {
   r.paths.clear();
 }
 
-[[noreturn]] void wait_for_signals() {
-  const sigset_t set = taken_signals();
+// Takes the signals in `set` (blocked in every thread).
+[[noreturn]] void wait_for_signals(sigset_t set) {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
@@ -72,10 +65,9 @@ void remove_all_registered() {
   for (;;) pause();  // not reached: the default action of these signals ends the process
 }
 
-void unblock_in_child() {
-  const sigset_t set = taken_signals();
-  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-}
+sigset_t g_taken;  // the signals blocked here, unblocked in a forked child
+
+void unblock_in_child() { pthread_sigmask(SIG_UNBLOCK, &g_taken, nullptr); }
 
 }  // namespace
 
@@ -83,19 +75,19 @@ void remove_temporaries_on_signal() {
   static std::once_flag once;
   std::call_once(once, [] {
     // A signal the user's shell ignores (a command started with `nohup`, or in the background of
-    // a script) stays ignored: sigwait would take it anyway.
-    sigset_t set;
-    sigemptyset(&set);
+    // a script) stays ignored: it is not blocked, as a blocked one would reach sigwait.
+    sigemptyset(&g_taken);
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
       struct sigaction old {};
-      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaddset(&set, sig);
+      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaddset(&g_taken, sig);
     }
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    if (sigisemptyset(&g_taken)) return;
+    pthread_sigmask(SIG_BLOCK, &g_taken, nullptr);
     pthread_atfork(nullptr, nullptr, unblock_in_child);
     try {
-      std::thread(wait_for_signals).detach();
+      std::thread(wait_for_signals, g_taken).detach();
     } catch (const std::exception&) {
-      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // no thread: the signals act as before
+      pthread_sigmask(SIG_UNBLOCK, &g_taken, nullptr);  // no thread: the signals act as before
     }
   });
 }

@@ -36,7 +36,8 @@ class Temporary {
 };
 
 /// While one lives, an interrupt waits: a few renames that put a finished output in place (a store,
-/// a report's pages) run to their end, or are undone, before the process ends.
+/// a report's pages) run to their end, or are undone, before the process ends. Not nested, and
+/// never around an MPI collective (a peer killed meanwhile would keep it waiting).
 class Deferred {
  public:
   Deferred();
