@@ -75,5 +75,23 @@ TEST(InterruptTest, NothingOutsideTheLiveTemporariesIsTouched) {
   EXPECT_TRUE(fs::exists(dir / "store" / "spill" / "rank0.spill"));
 }
 
+// A signal ignored when the command starts (nohup's SIGHUP, a script's background job's SIGINT)
+// stays ignored: the command runs on and keeps its temporaries.
+TEST(InterruptTest, ASignalIgnoredAtTheStartStaysIgnored) {
+  GTEST_FLAG_SET(death_test_style, "fast");
+  test::TempDir dir;
+  EXPECT_EXIT(
+      {
+        ::signal(SIGHUP, SIG_IGN);
+        interrupt::remove_temporaries_on_signal();
+        make_folder_with_a_file(dir / "work");
+        interrupt::Temporary work(dir / "work");
+        ::kill(::getpid(), SIGHUP);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        std::_Exit(fs::exists(dir / "work") ? 3 : 4);
+      },
+      testing::ExitedWithCode(3), "");
+}
+
 }  // namespace
 }  // namespace memsnap
