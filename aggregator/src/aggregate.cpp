@@ -25,9 +25,7 @@
 #include <cstdio>
 #include <future>
 #include <iostream>
-#include <random>
 #include <regex>
-#include <sstream>
 #include <thread>
 
 #include "rank_input.hpp"
@@ -172,10 +170,7 @@ std::string prepare_output(Plan& plan, const fs::path& output, bool overwrite, i
       !refusal.empty()) {
     return refusal;
   }
-  std::random_device rd;
-  std::ostringstream name;
-  name << "." << plan.output.filename().string() << ".tmp-" << ::getpid() << "-" << std::hex << rd();
-  plan.tmp = parent / name.str();
+  plan.tmp = parent / interrupt::temporary_name(plan.output, "tmp");
   guard = interrupt::Temporary(plan.tmp);
   if (!fs::create_directory(plan.tmp, ec) || ec) {
     return parent.string() + ": cannot write the store in this folder: " + ec.message();

@@ -22,7 +22,6 @@
 #include <map>
 #include <new>
 #include <mutex>
-#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -415,9 +414,7 @@ int import_main(const ImportCliOptions& o) {
   // A private folder beside the store for the converted records; its name comes from rank 0.
   std::vector<char> name_bytes;
   if (root) {
-    std::random_device rd;
-    const std::string name = "." + o.output.filename().string() + ".import-" + std::to_string(getpid()) + "-" +
-                             std::to_string(rd() % 1000000);
+    const std::string name = interrupt::temporary_name(o.output, "import");
     name_bytes.assign(name.begin(), name.end());
   }
   mpi::bcast_bytes(*comm, name_bytes, 0);

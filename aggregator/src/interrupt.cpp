@@ -9,7 +9,11 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <unistd.h>
+
 #include <mutex>
+#include <random>
+#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -90,6 +94,25 @@ void remove_temporaries_on_signal() {
       pthread_sigmask(SIG_UNBLOCK, &g_taken, nullptr);  // no thread: the signals act as before
     }
   });
+}
+
+std::string temporary_name(const fs::path& output, std::string_view kind) {
+  std::random_device rd;
+  std::ostringstream name;
+  name << "." << output.filename().string() << "." << kind << "-" << ::getpid() << "-" << std::hex << rd();
+  return name.str();
+}
+
+long temporary_owner(std::string_view name, const fs::path& output) {
+  for (const std::string_view kind : {"tmp", "import"}) {
+    const std::string prefix = "." + output.filename().string() + "." + std::string(kind) + "-";
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    const std::string_view rest = name.substr(prefix.size());
+    const std::size_t dash = rest.find('-');
+    if (dash == 0 || dash > 9 || rest.find_first_not_of("0123456789") != dash) return 0;
+    return std::stol(std::string(rest.substr(0, dash)));
+  }
+  return 0;
 }
 
 Deferred::Deferred() { registry().deferred.lock(); }

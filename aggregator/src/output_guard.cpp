@@ -7,9 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <regex>
-#include <sstream>
 
 #include "hdf5_util.hpp"
 #include "memsnap/store.hpp"
@@ -143,10 +141,7 @@ std::string write_export_file(const fs::path& file, std::string_view bytes, bool
 
 ExportFile::ExportFile(fs::path file, bool overwrite) : m_file(std::move(file)), m_overwrite(overwrite) {
   const fs::path dir = m_file.parent_path().empty() ? fs::path(".") : m_file.parent_path();
-  std::random_device rd;
-  std::ostringstream name;
-  name << "." << m_file.filename().string() << ".tmp-" << ::getpid() << "-" << std::hex << rd();
-  m_tmp = dir / name.str();
+  m_tmp = dir / interrupt::temporary_name(m_file, "tmp");
   m_tmp_guard = interrupt::Temporary(m_tmp);
   m_fd = ::open(m_tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (m_fd < 0) {

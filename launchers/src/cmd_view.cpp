@@ -11,6 +11,7 @@
 #include "cli_checks.hpp"
 #include "commands.hpp"
 #include "memsnap/import_export.hpp"
+#include "memsnap/interrupt.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/numeric.hpp"
 #include "memsnap/report.hpp"
@@ -32,28 +33,19 @@ fs::path default_folder(fs::path first) {
   return first.parent_path() / (name + ".memsnap");
 }
 
-/// For a name in the view's folder that looks like a temporary of memsnap's own import or
-/// aggregation (".memsnap.h5.import-PID-N", ".memsnap.h5.tmp-PID-HEX"): what to tell the user, or ""
-/// when it does not. Such a folder outlives its process only when that was killed outright (SIGKILL,
+/// For a name in the view's folder that is a temporary of memsnap's own import or aggregation
+/// (interrupt::temporary_name of the store): what to tell the user, or "" when it is not. Such a folder outlives its process only when that was killed outright (SIGKILL,
 /// a lost node); a signal it can take (Ctrl-C, SIGTERM) removes it. Not removed here: a name alone
 /// does not prove whose it is.
 std::string temporary_note(const fs::path& dir, const fs::path& store, const std::string& name) {
-  for (const char* kind : {".import-", ".tmp-"}) {
-    const std::string prefix = "." + store.filename().string() + kind;
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = name.substr(prefix.size());
-    const std::size_t dash = rest.find('-');
-    if (dash == 0 || dash > 9 || rest.find_first_not_of("0123456789") != dash) return "";
-    const std::string pid = rest.substr(0, dash);
-    const long number = std::stol(pid);
-    if (number <= 0) return "";
-    const bool running = ::kill(static_cast<pid_t>(number), 0) == 0 || errno == EPERM;
-    if (running) return dir.string() + " holds " + name + ", the working folder of memsnap process " + pid +
-                        ", which is still running here; let it finish, or choose another -o";
-    return dir.string() + " holds " + name + ", left by a memsnap command that was killed (process " + pid +
-           " has ended); remove it (rm -r " + (dir / name).string() + ") and run again";
-  }
-  return "";
+  const long owner = interrupt::temporary_owner(name, store);
+  if (owner <= 0) return "";
+  const std::string pid = std::to_string(owner);
+  const bool running = ::kill(static_cast<pid_t>(owner), 0) == 0 || errno == EPERM;
+  if (running) return dir.string() + " holds " + name + ", the working folder of memsnap process " + pid +
+                      ", which is still running here; let it finish, or choose another -o";
+  return dir.string() + " holds " + name + ", left by a memsnap command that was killed (process " + pid +
+         " has ended); remove it (rm -r " + (dir / name).string() + ") and run again";
 }
 
 /// "" when the view may write into `dir`: it is absent or empty, or holds only what an earlier view

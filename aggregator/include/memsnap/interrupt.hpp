@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
+#include <string_view>
 
 namespace memsnap::interrupt {
 
@@ -14,6 +16,13 @@ namespace memsnap::interrupt {
 /// takes them on a thread of its own. A child forked after it gets them unblocked. Calling it
 /// again does nothing. Never for `memsnap run`, which forwards signals to its child.
 void remove_temporaries_on_signal();
+
+/// The name of a temporary this process makes beside `output`: ".NAME.KIND-PID-RANDOM", with KIND
+/// "tmp" (a store's or an export's temporary) or "import" (an import's working folder).
+std::string temporary_name(const std::filesystem::path& output, std::string_view kind);
+
+/// The process that made `name`, when it is a temporary_name of `output`; 0 when it is not.
+long temporary_owner(std::string_view name, const std::filesystem::path& output);
 
 /// A file or folder this process made for itself, removed (recursively) if the process is
 /// interrupted while the guard lives. Its owner still removes or renames it on the normal paths;
