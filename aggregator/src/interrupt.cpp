@@ -28,7 +28,12 @@ struct Registry {
   std::mutex deferred;  // held by a Deferred, and by the signal thread before it acts
   std::mutex mutex;
   std::uint64_t next_id = 1;
-  std::vector<std::pair<std::uint64_t, fs::path>> paths;
+  struct Entry {
+    std::uint64_t id = 0;
+    fs::path path;
+    bool only_if_empty = false;  // a folder of the user's output: removed only while empty
+  };
+  std::vector<Entry> paths;  // oldest first
 };
 
 Registry& registry() {
@@ -39,11 +44,15 @@ Registry& registry() {
 void remove_all_registered() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  for (const auto& [id, path] : r.paths) {
+  for (auto it = r.paths.rbegin(); it != r.paths.rend(); ++it) {
+    std::error_code ec;
+    if (it->only_if_empty) {
+      fs::remove(it->path, ec);  // fails, and removes nothing, unless the folder is empty
+      continue;
+    }
     for (int attempt = 0; attempt < 5; ++attempt) {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-      if (!ec && !fs::exists(fs::symlink_status(path, ec))) break;
+      fs::remove_all(it->path, ec);
+      if (!ec && !fs::exists(fs::symlink_status(it->path, ec))) break;
     }
   }
   r.paths.clear();
@@ -119,12 +128,16 @@ Deferred::Deferred() { registry().deferred.lock(); }
 
 Deferred::~Deferred() { registry().deferred.unlock(); }
 
-Temporary::Temporary(fs::path path) {
+Temporary::Temporary(fs::path path) : Temporary(std::move(path), false) {}
+
+Temporary::Temporary(fs::path path, bool only_if_empty) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   m_id = r.next_id++;
-  r.paths.emplace_back(m_id, std::move(path));
+  r.paths.push_back({m_id, std::move(path), only_if_empty});
 }
+
+Temporary Temporary::empty_folder(fs::path path) { return Temporary(std::move(path), true); }
 
 Temporary::~Temporary() { release(); }
 
@@ -143,7 +156,7 @@ void Temporary::release() noexcept {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   for (auto it = r.paths.begin(); it != r.paths.end(); ++it) {
-    if (it->first == m_id) {
+    if (it->id == m_id) {
       r.paths.erase(it);
       break;
     }

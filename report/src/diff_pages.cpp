@@ -1,17 +1,13 @@
 // memsnap diff's pages and output folder (see memsnap/diff_pages.hpp).
 #include "memsnap/diff_pages.hpp"
 
-#include <unistd.h>
-
 #include <fstream>
-#include <optional>
-#include <set>
 
 #include "html/html.hpp"
 #include "html/web_assets.hpp"
 #include "memsnap/errors.hpp"
-#include "memsnap/interrupt.hpp"
 #include "memsnap/report.hpp"
+#include "page_folder.hpp"
 
 namespace memsnap {
 namespace {
@@ -19,8 +15,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kMarker = ".memsnap-diff";
-constexpr const char* kStaging = ".memsnap-diff.partial";
+// The diff's folder: replaced only where its marker is (or when empty), as a report's is.
+constexpr PageFolderKind kDiffFolder = {".memsnap-diff", ".memsnap-diff.partial", "memsnap-diff", "memsnap diff",
+                                        "memsnap diff"};
 
 std::string page(const std::string& title, const char* body_class, const json& data) {
   using report::detail::web_asset;
@@ -65,54 +62,6 @@ void write_file(const fs::path& path, const std::string& text) {
   if (!out) throw Error("cannot write " + path.string());
 }
 
-struct Folder {
-  bool exists = false;
-  std::vector<std::string> files;  // the earlier diff's (its marker's list)
-  std::string refusal;
-};
-
-// Absent, empty, or an earlier memsnap diff (its marker); anything else is refused.
-Folder inspect(const fs::path& dir, bool overwrite) {
-  Folder st;
-  std::error_code ec;
-  const auto status = fs::symlink_status(dir, ec);
-  if (ec || status.type() == fs::file_type::not_found) return st;
-  st.exists = true;
-  if (status.type() != fs::file_type::directory) {
-    st.refusal = dir.string() + " is not a folder (a file or a link memsnap did not write); it is left as it is: choose another -o";
-    return st;
-  }
-  bool empty = true;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().filename() != kStaging) empty = false;
-  if (ec) {
-    st.refusal = "cannot read " + dir.string() + ": " + ec.message();
-    return st;
-  }
-  bool ours = false;
-  if (fs::is_regular_file(fs::symlink_status(dir / kMarker, ec))) {
-    std::ifstream in(dir / kMarker, std::ios::binary);
-    const json m = json::parse(in, nullptr, false);
-    if (m.is_object() && m.value("format", "") == "memsnap-diff" && m.contains("files") && m["files"].is_array()) {
-      ours = true;
-      for (const auto& f : m["files"])
-        if (f.is_string()) st.files.push_back(f.get<std::string>());
-    }
-  }
-  if (!ours && !empty) {
-    st.refusal = dir.string() + " holds files that memsnap diff did not write (no " + kMarker +
-                 " marker); they are left as they are: choose another -o (an empty or new folder)";
-  } else if (ours && !overwrite) {
-    st.refusal = dir.string() + " already holds a memsnap diff; pass --overwrite to replace it";
-  }
-  return st;
-}
-
-// A plain file name the marker lists (a damaged marker cannot aim outside the folder).
-bool plain_name(const std::string& n) {
-  return !n.empty() && n != kMarker && n != "." && n != ".." && n.find('/') == std::string::npos;
-}
-
 }  // namespace
 
 std::string render_diff_page(const json& d) {
@@ -130,21 +79,11 @@ std::string render_diff_rank_page(const json& d, const json& rank) {
 }
 
 std::string write_diff_output(const diff::DiffResult& result, const fs::path& dir, bool overwrite, std::size_t* pages) {
-  const Folder st = inspect(dir, overwrite);
-  if (!st.refusal.empty()) return st.refusal;
-  std::error_code ec;
-  const bool created = !st.exists;
-  if (created && !fs::create_directories(dir, ec) && ec) return "cannot make " + dir.string() + ": " + ec.message();
-  const fs::path staging = dir / kStaging;
-  fs::remove_all(staging, ec);
-  interrupt::Temporary staging_guard(staging);  // an interrupted diff leaves no staging folder
-  auto undo = [&] {
-    std::error_code e2;
-    fs::remove_all(staging, e2);
-    if (created) fs::remove(dir, e2);  // only if empty
-  };
+  PageFolder folder(kDiffFolder, dir, overwrite);
+  if (!folder.refusal().empty()) return folder.refusal();
   try {
-    if (!fs::create_directory(staging, ec)) throw Error("cannot make " + staging.string() + ": " + ec.message());
+    folder.open();
+    const fs::path staging = folder.staging();
     std::vector<std::pair<int, std::string>> rank_pages;
     for (const auto& r : result.ranks)
       if (r.changed) rank_pages.emplace_back(r.base_rank, "rank" + std::to_string(r.base_rank) + ".html");
@@ -158,21 +97,10 @@ std::string write_diff_output(const diff::DiffResult& result, const fs::path& di
       write_file(staging / name, render_diff_rank_page(data, r));
       files.push_back(name);
     }
-    // Swap in: the new files, then the earlier diff's files this one lacks go, then the marker.
-    for (const auto& f : files) {
-      fs::rename(staging / f, dir / f, ec);
-      if (ec) throw Error("cannot write " + (dir / f).string() + ": " + ec.message());
-    }
-    const std::set<std::string> now(files.begin(), files.end());
-    for (const auto& f : st.files)
-      if (plain_name(f) && !now.count(f)) fs::remove(dir / f, ec);
-    write_file(staging / kMarker, json({{"format", "memsnap-diff"}, {"files", files}}).dump() + "\n");
-    fs::rename(staging / kMarker, dir / kMarker, ec);
-    if (ec) throw Error("cannot write " + (dir / kMarker).string() + ": " + ec.message());
-    fs::remove_all(staging, ec);
+    folder.install(files, json::object());
     if (pages) *pages = rank_pages.size();
   } catch (const std::exception& e) {
-    undo();
+    folder.abandon();
     return e.what();
   }
   return "";

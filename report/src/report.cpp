@@ -8,9 +8,10 @@
 //      to its data into the staging folder and keeps the window's digest;
 //   2. rank 0 gathers the page digests, reads the store's findings, writes index.html and
 //      summary.json, and broadcasts the findings;
-//   3. every rank appends each page's tail (its findings) and moves the page into the report
-//      folder; rank 0 moves the cross page and summary.json, removes the earlier report's pages
-//      this one lacks (the folder's marker lists what memsnap wrote) and writes the new marker.
+//   3. every rank appends each page's tail (its findings);
+//   4. rank 0 puts the whole staging folder in place of the earlier report (page_folder.hpp),
+//      after the last collective and as one step for signals: an interrupted report leaves the
+//      earlier report or the new one, never pages of both.
 // A failure at any step removes the staging folder and leaves an earlier report as it was.
 #include <unistd.h>
 
@@ -25,13 +26,13 @@
 #include "html/html.hpp"
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
-#include "memsnap/interrupt.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/names.hpp"
 #include "memsnap/progress.hpp"
 #include "memsnap/report.hpp"
 #include "memsnap/upload.hpp"
 #include "memsnap/version.hpp"
+#include "page_folder.hpp"
 
 namespace memsnap {
 namespace {
@@ -79,78 +80,10 @@ void write_file(const fs::path& path, const std::string& text, bool append = fal
   if (!out) throw Error("cannot write " + path.string());
 }
 
-void move_file(const fs::path& from, const fs::path& to) {
-  std::error_code ec;
-  fs::create_directories(to.parent_path(), ec);
-  fs::rename(from, to, ec);
-  if (ec) throw Error("cannot write " + to.string() + ": " + ec.message());
-}
-
-// The report folder's marker: memsnap replaces only a folder that carries it (or is empty). It
-// lists the files the report wrote, so that a later report removes exactly those it no longer has.
-constexpr const char* kMarker = ".memsnap-report";
-// Where a report is written before it replaces the earlier one; removed on success and failure.
-constexpr const char* kStaging = ".memsnap-report.partial";
-
-struct FolderState {
-  bool exists = false;
-  bool ours = false;               // an earlier memsnap report (its marker), or empty
-  bool has_report = false;         // the marker is there
-  std::vector<std::string> files;  // what the earlier report wrote (its marker's list)
-  std::string refusal;             // why memsnap may not write there ("" when it may)
-};
-
-// Whether memsnap may write its report into `dir`: absent, empty, or an earlier report of its own
-// (the marker, valid JSON that says so). A folder of anything else is refused, --overwrite or not.
-FolderState inspect_report_folder(const fs::path& dir, bool overwrite) {
-  FolderState st;
-  std::error_code ec;
-  const auto status = fs::symlink_status(dir, ec);
-  if (ec || status.type() == fs::file_type::not_found) return st;
-  st.exists = true;
-  if (status.type() != fs::file_type::directory) {
-    st.refusal = dir.string() + " is not a folder (a file or a link memsnap did not write); it is left as it is: choose "
-                 "another -o";
-    return st;
-  }
-  bool empty = true;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().filename() != kStaging) empty = false;
-  }
-  if (ec) {
-    st.refusal = "cannot read " + dir.string() + ": " + ec.message();
-    return st;
-  }
-  const fs::path marker = dir / kMarker;
-  if (fs::is_regular_file(fs::symlink_status(marker, ec))) {
-    std::ifstream in(marker, std::ios::binary);
-    const json m = json::parse(in, nullptr, false);
-    if (m.is_object() && m.value("format", "") == "memsnap-report" && m.contains("files") && m["files"].is_array()) {
-      st.ours = st.has_report = true;
-      for (const auto& f : m["files"]) {
-        if (f.is_string()) st.files.push_back(f.get<std::string>());
-      }
-    }
-  }
-  if (!st.ours && empty) st.ours = true;
-  if (!st.ours) {
-    st.refusal = dir.string() + " holds files that memsnap did not write (no " + kMarker +
-                 " marker); they are left as they are: choose another -o (an empty or new folder)";
-  } else if (st.has_report && !overwrite) {
-    st.refusal = dir.string() + " already holds a memsnap report; pass --overwrite to replace it";
-  }
-  return st;
-}
-
-// A path the marker lists, if it stays inside the folder (a damaged marker cannot aim elsewhere).
-std::optional<fs::path> listed_path(const fs::path& dir, const std::string& name) {
-  if (name.empty() || name == kMarker) return std::nullopt;
-  try {
-    return join_inside(dir, name);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
+// The report folder: memsnap replaces only a folder whose marker says it holds a memsnap report
+// (or an empty one), and removes only the files the marker lists.
+constexpr PageFolderKind kReportFolder = {".memsnap-report", ".memsnap-report.partial", "memsnap-report", "memsnap",
+                                          "memsnap report"};
 
 // What a page's findings are: those about its rank and window (a finding's batch inside the
 // window, or no batch), and the rank's leaks and shard imbalance on each of its windows. Each
@@ -208,7 +141,7 @@ std::string page_name(const std::string& tmpl, const std::string& run_name, cons
 }
 
 std::string report_folder_refusal(const fs::path& dir, bool overwrite) {
-  return inspect_report_folder(dir, overwrite).refusal;
+  return PageFolder(kReportFolder, dir, overwrite).refusal();
 }
 
 int report_main(const ReportOptions& options) {
@@ -225,7 +158,7 @@ int report_main(const ReportOptions& options) {
   auto agree = [&] { return mpi::agree_on_error(*comm, error); };
 
   const fs::path out_dir = options.out_dir.empty() ? options.store.parent_path() / "report" : options.out_dir;
-  const fs::path staging = out_dir / kStaging;
+  const fs::path staging = out_dir / kReportFolder.staging;  // every rank writes its pages there
   // A progress line on a terminal only (quiet in pipes, logs and tests): rank 0's, counting the
   // pages of every rank.
   int progress_on = root && !options.quiet && Progress::wanted() ? 1 : 0;
@@ -235,23 +168,14 @@ int report_main(const ReportOptions& options) {
 
   std::unique_ptr<StoreReader> store;
   StoreInfo info;
-  FolderState folder;
-  bool created_dir = false;
-  interrupt::Temporary staging_guard;  // an interrupted report leaves no staging folder
+  std::optional<PageFolder> folder;  // rank 0's
   try {
     store = std::make_unique<StoreReader>(options.store);
     info = store->info();
     if (root) {
-      folder = inspect_report_folder(out_dir, options.overwrite);
-      if (!folder.refusal.empty()) throw Error(folder.refusal);
-      std::error_code ec;
-      created_dir = !folder.exists;
-      fs::create_directories(out_dir, ec);
-      if (ec) throw Error("cannot create " + out_dir.string() + ": " + ec.message());
-      fs::remove_all(staging, ec);  // a report that died before it finished
-      staging_guard = interrupt::Temporary(staging);
-      fs::create_directories(staging, ec);
-      if (ec) throw Error("cannot create " + staging.string() + ": " + ec.message());
+      folder.emplace(kReportFolder, out_dir, options.overwrite);
+      if (!folder->refusal().empty()) throw Error(folder->refusal());
+      folder->open();
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -263,10 +187,7 @@ int report_main(const ReportOptions& options) {
   // Undoes what this run wrote: its staging folder, and the report folder if it made it and it
   // is empty. An earlier report there stays as it was.
   auto clean_up = [&] {
-    if (!root) return;
-    std::error_code ec;
-    fs::remove_all(staging, ec);
-    if (created_dir) fs::remove(out_dir, ec);  // only if empty
+    if (folder) folder->abandon();
   };
   // Whether a rank has failed: then every rank undoes what this run wrote, and rank 0 says why.
   auto failed = [&] {
@@ -403,7 +324,7 @@ int report_main(const ReportOptions& options) {
     return 1;
   }
 
-  // 3. Every page gets its findings (its tail), then the report replaces the earlier one.
+  // 3. Every page gets its findings (its tail).
   mpi::bcast_bytes(*comm, findings_bytes, 0);
   try {
     if (root) line.say("writing the pages' findings");
@@ -417,43 +338,20 @@ int report_main(const ReportOptions& options) {
     error = e.what();
   }
   if (failed()) return 1;
-  try {
-    const interrupt::Deferred renames;  // an interrupt waits for this rank's pages to be in place
-    for (const auto& p : pages) move_file(join_inside(staging, p.name), join_inside(out_dir, p.name));
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (failed()) return 1;
 
+  // 4. Rank 0 puts the whole report in place of the earlier one, every rank's pages with the
+  //    index: after the last collective, so that an interrupt leaves one report or the other.
   int code = 0;
   if (root) {
     line.end();
     try {
-      std::size_t removed = 0;
-      {
-        const interrupt::Deferred renames;  // and for the index, the summary and the marker
-        move_file(staging / "index.html", out_dir / "index.html");
-        move_file(staging / "summary.json", out_dir / "summary.json");
-        // The earlier report's pages this one does not have: only files memsnap wrote there (its
-        // marker lists them).
-        std::set<std::string> now = {"index.html", "summary.json"};
-        for (const auto& p : all_pages) now.insert(p.page);
-        for (const auto& old : folder.files) {
-          if (now.count(old)) continue;
-          const auto path = listed_path(out_dir, old);
-          std::error_code ec;
-          if (path && fs::is_regular_file(fs::symlink_status(*path, ec)) && fs::remove(*path, ec)) ++removed;
-        }
-        json marker = {{"format", "memsnap-report"},
-                       {"format_version", 1},
-                       {"note", "written by memsnap report: memsnap replaces this folder's report only where this file "
-                                "is; it removes only the files listed here"},
-                       {"store", fs::absolute(options.store).string()},
-                       {"files", json(std::vector<std::string>(now.begin(), now.end()))}};
-        write_file(out_dir / kMarker, marker.dump(1) + "\n");
-        std::error_code ec;
-        fs::remove_all(staging, ec);
-      }
+      std::vector<std::string> files = {"index.html", "summary.json"};
+      for (const auto& p : all_pages) files.push_back(p.page);
+      const json marker = {{"format_version", 1},
+                           {"note", "written by memsnap report: memsnap replaces this folder's report only where this file "
+                                    "is; it removes only the files listed here"},
+                           {"store", fs::absolute(options.store).string()}};
+      const std::size_t removed = folder->install(files, marker);
 
       if (!options.quiet) {
         const json& findings = cross->summary_json["findings"];
@@ -482,8 +380,7 @@ int report_main(const ReportOptions& options) {
         code = 3;
       }
     } catch (const std::exception& e) {
-      std::error_code ec;
-      fs::remove_all(staging, ec);
+      folder->abandon();
       std::cerr << "memsnap report: " << e.what() << "\n";
       code = 1;
     }

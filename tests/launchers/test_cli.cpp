@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -774,6 +775,113 @@ TEST(Cli, ViewNamesTheWorkingFolderOfAKilledCommand) {
             std::string::npos)
       << r.out;
   EXPECT_TRUE(fs::is_directory(view / live));
+}
+
+// The report folder `dir` as a user finds it: "run_NAME" when it holds one whole report of that
+// run (each page written by it, the marker listing exactly the files there, no staging folder),
+// else what is wrong.
+std::string whole_report(const fs::path& dir) {
+  if (!fs::is_directory(dir)) return "no folder";
+  std::set<std::string> files, runs;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n == ".memsnap-report") continue;
+    files.insert(n);
+    if (e.path().extension() != ".html") continue;
+    const std::string text = test::read_file(e.path());
+    const std::size_t at = text.find("run_");
+    runs.insert(at == std::string::npos ? "none" : text.substr(at, 5));
+  }
+  std::set<std::string> listed;
+  const json marker = read_json(dir / ".memsnap-report");
+  for (const auto& f : marker["files"]) listed.insert(f.get<std::string>());
+  std::string all;
+  for (const auto& r : runs) all += (all.empty() ? "" : " and ") + r;
+  if (runs.size() != 1) return "pages of " + all;
+  if (listed != files) return "a marker that lists " + std::to_string(listed.size()) + " files of " + std::to_string(files.size());
+  return all;
+}
+
+// A store of `ranks` ranks of fsdp_sim, its run named run_NAME (which its pages show).
+std::string make_run(const fs::path& dir, const std::string& name, int ranks) {
+  test::write_file(dir / (name + ".yaml"),
+                   "run_name: run_" + name + "\nfolder: " + (dir / name).string() + "\nrepeat: 1\nstacks: native\n");
+  const auto r = sh(kMpirun + " -np " + std::to_string(ranks) + " " + kMemsnap + " run --config " +
+                    (dir / (name + ".yaml")).string() + " -- " + kSim + " --step-us 0 --batches 8 --layers 2 --hidden 256");
+  EXPECT_EQ(r.code, 0) << r.out;
+  return (dir / name / "memsnap.h5").string();
+}
+
+// Ctrl-C or mpirun's SIGTERM while a report replaces an earlier one: the folder then holds one
+// whole report, the earlier or the new, never pages of both runs (the signal is sent from inside
+// memsnap, right after a chosen rename, by the preloaded signal_at.c). Killed outright midway,
+// the next report still replaces every file. A report folder the report made goes with it.
+TEST(Cli, AnInterruptedReportLeavesOneWholeReport) {
+  test::TempDir dir;
+  const std::string a = make_run(dir.path(), "a", 4), b = make_run(dir.path(), "b", 2);
+  const fs::path out = dir / "report";
+  const std::string asan = std::string("ASAN_OPTIONS=") + (std::getenv("ASAN_OPTIONS") ? std::getenv("ASAN_OPTIONS") : "") +
+                           ":verify_asan_link_order=0";
+  const std::string preload = std::string("LD_PRELOAD=") + MEMSNAP_SIGNAL_AT;
+  struct Case {
+    int np, sig, count;
+  };
+  // Run b's report has 2 pages, index.html and summary.json: 6 renames with its two markers.
+  for (const Case c : {Case{1, SIGTERM, 1}, Case{1, SIGINT, 3}, Case{1, SIGHUP, 6}, Case{2, SIGTERM, 2}}) {
+    SCOPED_TRACE("np " + std::to_string(c.np) + ", " + strsignal(c.sig) + " after rename " + std::to_string(c.count));
+    fs::remove_all(out);
+    Result r = sh(kMemsnap + " report " + a + " -o " + out.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    ASSERT_EQ(whole_report(out), "run_a");
+    const std::vector<std::string> env = {asan, "MEMSNAP_TEST_SIGNAL_ON=rename", "MEMSNAP_TEST_SIGNAL_PATH=" + out.string(),
+                                          "MEMSNAP_TEST_SIGNAL_COUNT=" + std::to_string(c.count),
+                                          "MEMSNAP_TEST_SIGNAL=" + std::to_string(c.sig)};
+    std::vector<std::string> args = {kMemsnap, "report", b, "-o", out.string(), "--overwrite"};
+    if (c.np > 1) {
+      args.insert(args.begin(), {MEMSNAP_MPIRUN, "--oversubscribe", "-np", std::to_string(c.np), "-x", preload});
+    }
+    std::vector<std::string> all_env = env;
+    if (c.np == 1) all_env.push_back(preload);
+    const pid_t pid = spawn_as_foreground(args, all_env, dir / "log");
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    if (c.np == 1) {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == c.sig) << "status " << status << ": " << test::read_file(dir / "log");
+    } else {
+      EXPECT_NE(status, 0) << test::read_file(dir / "log");
+    }
+    EXPECT_EQ(whole_report(out), "run_b") << "the signal came while the new report was going in: it waits for it";
+    EXPECT_EQ(leftovers(out), std::vector<std::string>());
+  }
+  // SIGKILL midway: both runs' files are there, the marker lists all of them, and the next report
+  // replaces them (run a's rank 2 and 3 pages go).
+  {
+    const std::vector<std::string> env = {asan, "MEMSNAP_TEST_SIGNAL_ON=rename", "MEMSNAP_TEST_SIGNAL_PATH=" + out.string(),
+                                          "MEMSNAP_TEST_SIGNAL_COUNT=3", "MEMSNAP_TEST_SIGNAL=9", preload};
+    fs::remove_all(out);
+    ASSERT_EQ(sh(kMemsnap + " report " + a + " -o " + out.string()).code, 0);
+    const pid_t pid = spawn_as_foreground({kMemsnap, "report", b, "-o", out.string(), "--overwrite"}, env, dir / "log");
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    EXPECT_EQ(whole_report(out), "pages of run_a and run_b");
+    const Result r = sh(kMemsnap + " report " + b + " -o " + out.string() + " --overwrite");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(whole_report(out), "run_b");
+    EXPECT_FALSE(fs::exists(out / "rank3.4.pt.trace.memory_snapshot.html"));
+  }
+  // Interrupted before its pages go in, into a folder it made: neither the folder nor anything in it stays.
+  {
+    const fs::path fresh = dir / "fresh";
+    const std::vector<std::string> env = {asan, "MEMSNAP_TEST_SIGNAL_ON=mkdir", "MEMSNAP_TEST_SIGNAL_PATH=.memsnap-report.partial",
+                                          preload};
+    const pid_t pid = spawn_as_foreground({kMemsnap, "report", b, "-o", fresh.string()}, env, dir / "log");
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << ": " << test::read_file(dir / "log");
+    EXPECT_FALSE(fs::exists(fresh));
+  }
 }
 
 // Issue #27 item 7: every error names its file and says in words what is wrong; each command ends

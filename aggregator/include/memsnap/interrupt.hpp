@@ -26,11 +26,15 @@ long temporary_owner(std::string_view name, const std::filesystem::path& output)
 
 /// A file or folder this process made for itself, removed (recursively) if the process is
 /// interrupted while the guard lives. Its owner still removes or renames it on the normal paths;
-/// call release() once it is no longer temporary (renamed into place, or removed).
+/// call release() once it is no longer temporary (renamed into place, or removed). Guards are
+/// undone newest first, so a temporary made inside another goes before it.
 class Temporary {
  public:
   Temporary() = default;
   explicit Temporary(std::filesystem::path path);
+  /// A folder this process made for an output (a report's folder), removed on an interrupt only if
+  /// it is empty then: anything put there meanwhile by someone else stays.
+  static Temporary empty_folder(std::filesystem::path path);
   ~Temporary();
   Temporary(Temporary&& other) noexcept;
   Temporary& operator=(Temporary&& other) noexcept;
@@ -41,6 +45,8 @@ class Temporary {
   void release() noexcept;
 
  private:
+  Temporary(std::filesystem::path path, bool only_if_empty);
+
   std::uint64_t m_id = 0;  // 0: nothing registered
 };
 
