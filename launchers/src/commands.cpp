@@ -38,7 +38,8 @@ void add_commands(CLI::App& app) {
     if (CLI::Option* bands = report->get_option_no_throw("--max-bands")) bands->capture_default_str();
   }
   // The offline commands leave none of their temporaries when interrupted (Ctrl-C, mpirun's
-  // SIGTERM): taken before any of them starts MPI or a thread. `run` forwards signals to its child.
+  // SIGTERM): taken before any of them starts MPI or a thread. `run` forwards signals to its
+  // command while it runs, and takes them so once it has ended (run.cpp).
   for (CLI::App* sub : app.get_subcommands({})) {
     if (sub->get_name() != "run") sub->preparse_callback([](std::size_t) { interrupt::remove_temporaries_on_signal(); });
   }

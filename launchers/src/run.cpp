@@ -11,11 +11,14 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "memsnap/aggregate.hpp"
 #include "memsnap/config.hpp"
+#include "memsnap/interrupt.hpp"
 #include "memsnap/launch_env.hpp"
 #include "memsnap/mpi.hpp"
 #include "memsnap/names.hpp"
@@ -31,6 +34,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 volatile sig_atomic_t g_child = 0;
+// The signals `memsnap run` passes on to its command while it runs.
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
 
 // Signals for the job go to the child; memsnap run itself stays to record how it ended.
 void forward(int sig) {
@@ -365,29 +370,49 @@ int run_main(const RunOptions& o) {
   argv.push_back(nullptr);
 
   const auto started = std::chrono::steady_clock::now();
+  // Signals for the job go to the child while it runs; one the shell ignores (`nohup`, a
+  // script's background job) stays ignored, in memsnap and in the child. They are blocked across
+  // fork, so that one sent meanwhile is forwarded once the child's pid is known.
   struct sigaction sa {};
   sa.sa_handler = forward;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT}) sigaction(sig, &sa, nullptr);
-  const pid_t child = fork();
-  if (child < 0) {
-    std::cerr << "memsnap run: cannot start " << o.command[0] << ": " << std::strerror(errno) << "\n";
-    return 127;
+  sigset_t forwarded, mask;
+  sigemptyset(&forwarded);
+  std::vector<std::pair<int, struct sigaction>> before;  // the dispositions memsnap replaced
+  for (int sig : kForwarded) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+    before.emplace_back(sig, old);
+    sigaddset(&forwarded, sig);
   }
+  sigprocmask(SIG_BLOCK, &forwarded, &mask);
+  for (const auto& [sig, old] : before) sigaction(sig, &sa, nullptr);
+  const pid_t child = fork();
   if (child == 0) {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT}) signal(sig, SIG_DFL);
+    for (const auto& [sig, old] : before) signal(sig, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &mask, nullptr);
     execvpe(argv[0], argv.data(), envp.data());
     const std::string msg = "memsnap run: cannot run " + o.command[0] + ": " + std::strerror(errno) + "\n";
     ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());
     (void)ignored;
     _exit(127);
   }
-  g_child = child;
+  const int fork_errno = errno;
+  if (child > 0) g_child = child;
+  sigprocmask(SIG_SETMASK, &mask, nullptr);
+  if (child < 0) {
+    std::cerr << "memsnap run: cannot start " << o.command[0] << ": " << std::strerror(fork_errno) << "\n";
+    return 127;
+  }
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   g_child = 0;
+  // The command has ended: from here on a signal is for memsnap run itself, as for the other
+  // commands (an interrupted gathering or report removes its temporaries and ends by the signal).
+  for (const auto& [sig, old] : before) sigaction(sig, &old, nullptr);
+  interrupt::remove_temporaries_on_signal();
   ExitRecord ex;
   ex.rank = rank;
   ex.pid = child;

@@ -663,8 +663,9 @@ TEST(Cli, AFailedImportLeavesTheEarlierStoreAndNothingElse) {
 
 // Starts `args` with SIGINT, SIGTERM and SIGHUP at their defaults, as a terminal's foreground job
 // has them (a shell ignores SIGINT in the jobs it starts in the background), `env` added to the
-// environment, output to `log`.
-pid_t spawn_as_foreground(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& log) {
+// environment, output to `log`. Those in `as_they_are` keep this process's disposition.
+pid_t spawn_as_foreground(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& log,
+                          const std::vector<int>& as_they_are = {}) {
   std::vector<char*> argv, envp;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -678,7 +679,8 @@ pid_t spawn_as_foreground(const std::vector<std::string>& args, const std::vecto
   posix_spawnattr_init(&attr);
   sigset_t def;
   sigemptyset(&def);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&def, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    if (std::find(as_they_are.begin(), as_they_are.end(), sig) == as_they_are.end()) sigaddset(&def, sig);
   posix_spawnattr_setsigdefault(&attr, &def);
   sigset_t none;
   sigemptyset(&none);
@@ -882,6 +884,61 @@ TEST(Cli, AnInterruptedReportLeavesOneWholeReport) {
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << ": " << test::read_file(dir / "log");
     EXPECT_FALSE(fs::exists(fresh));
   }
+}
+
+// `nohup memsnap run -- python train.py`: a signal the shell ignores stays ignored, in memsnap
+// and in the command (a closed terminal's SIGHUP ends neither); the others still reach it.
+TEST(Cli, RunLeavesASignalTheShellIgnoresIgnored) {
+  test::TempDir dir;
+  struct sigaction ignore {}, before {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ASSERT_EQ(sigaction(SIGHUP, &ignore, &before), 0);
+  const fs::path ready = dir / "ready";
+  const std::string script = "grep SigIgn /proc/$$/status; : > " + ready.string() + "; sleep 1; echo done";
+  const pid_t pid = spawn_as_foreground({kMemsnap, "run", "--", "/bin/sh", "-c", script}, {"MEMSNAP_ENABLED=false"}, dir / "log",
+                                        {SIGHUP});
+  sigaction(SIGHUP, &before, nullptr);
+  ASSERT_GT(pid, 0);
+  EXPECT_TRUE(wait_until([&] { return fs::exists(ready); })) << test::read_file(dir / "log");
+  ::kill(pid, SIGHUP);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const std::string log = test::read_file(dir / "log");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ": " << log;
+  EXPECT_NE(log.find("done"), std::string::npos) << log;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("SigIgn:\\s*([0-9a-f]+)"))) << log;
+  EXPECT_EQ(std::stoull(m[1].str(), nullptr, 16) & (1ull << (SIGHUP - 1)), 1ull << (SIGHUP - 1)) << "the command's SIGHUP: " << log;
+  // SIGTERM, not ignored, goes to the command as before.
+  const pid_t again = spawn_as_foreground({kMemsnap, "run", "--", "/bin/sh", "-c", "sleep 5"}, {"MEMSNAP_ENABLED=false"}, dir / "log2");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(again, SIGTERM);
+  ASSERT_EQ(::waitpid(again, &status, 0), again);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << status << ": " << test::read_file(dir / "log2");
+}
+
+// Once its command has ended, `memsnap run` gathers the record and renders the report itself: a
+// Ctrl-C or mpirun's SIGTERM then ends it as it ends `memsnap report` (here sent as the report
+// makes its staging folder): the store it finished stays, the report folder it made goes.
+TEST(Cli, RunTakesASignalOnceItsCommandHasEnded) {
+  test::TempDir dir;
+  test::write_file(dir / "m.yaml", "run_name: t\nfolder: " + (dir / "run").string() + "\nrepeat: 1\nstacks: native\n");
+  const std::string asan = std::string("ASAN_OPTIONS=") + (std::getenv("ASAN_OPTIONS") ? std::getenv("ASAN_OPTIONS") : "") +
+                           ":verify_asan_link_order=0";
+  const pid_t pid = spawn_as_foreground(
+      {kMemsnap, "run", "--config", (dir / "m.yaml").string(), "--", kSim, "--step-us", "0", "--batches", "8", "--layers", "2",
+       "--hidden", "256"},
+      {asan, std::string("LD_PRELOAD=") + MEMSNAP_SIGNAL_AT, "MEMSNAP_TEST_SIGNAL_ON=mkdir",
+       "MEMSNAP_TEST_SIGNAL_PATH=.memsnap-report.partial"},
+      dir / "log");
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status << ": " << test::read_file(dir / "log");
+  EXPECT_TRUE(fs::exists(dir / "run/memsnap.h5")) << test::read_file(dir / "log");
+  EXPECT_FALSE(fs::exists(dir / "run/report"));
+  EXPECT_EQ(leftovers(dir / "run"), std::vector<std::string>());
 }
 
 // Issue #27 item 7: every error names its file and says in words what is wrong; each command ends

@@ -14,7 +14,8 @@ namespace memsnap::interrupt {
 /// that signal (its exit status is the one the signal gave before). Call it before any thread
 /// starts: it blocks those signals in the calling thread, whose mask later threads inherit, and
 /// takes them on a thread of its own. A child forked after it gets them unblocked. Calling it
-/// again does nothing. Never for `memsnap run`, which forwards signals to its child.
+/// again does nothing. `memsnap run` calls it once its command has ended (until then it forwards
+/// signals to the command); a signal the shell ignores stays ignored.
 void remove_temporaries_on_signal();
 
 /// The name of a temporary this process makes beside `output`: ".NAME.KIND-PID-RANDOM", with KIND
