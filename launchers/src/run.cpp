@@ -37,9 +37,15 @@ volatile sig_atomic_t g_child = 0;
 // The signals `memsnap run` passes on to its command while it runs.
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
 
-// Signals for the job go to the child; memsnap run itself stays to record how it ended.
-void forward(int sig) {
-  if (g_child > 0) kill(g_child, sig);
+// Signals for the job go to the child; memsnap run itself stays to record how it ended. Not one
+// from the terminal (Ctrl-C, a hang-up), which the kernel sends to the whole foreground process
+// group: the child, still in memsnap's group, got it too, and a second SIGINT is "force quit" to
+// many training loops.
+void forward(int sig, siginfo_t* info, void*) {
+  const pid_t child = g_child;
+  if (child <= 0) return;
+  if (info != nullptr && info->si_code == SI_KERNEL && getpgid(child) == getpgrp()) return;
+  kill(child, sig);
 }
 
 void say(int rank, const std::string& line) {
@@ -374,9 +380,9 @@ int run_main(const RunOptions& o) {
   // script's background job) stays ignored, in memsnap and in the child. They are blocked across
   // fork, so that one sent meanwhile is forwarded once the child's pid is known.
   struct sigaction sa {};
-  sa.sa_handler = forward;
+  sa.sa_sigaction = forward;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigset_t forwarded, mask;
   sigemptyset(&forwarded);
   std::vector<std::pair<int, struct sigaction>> before;  // the dispositions memsnap replaced

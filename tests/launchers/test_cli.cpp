@@ -918,6 +918,46 @@ TEST(Cli, RunLeavesASignalTheShellIgnoresIgnored) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << status << ": " << test::read_file(dir / "log2");
 }
 
+// Ctrl-C at a terminal: the kernel signals the terminal's foreground process group, `memsnap
+// run` and its command alike. The command gets that one SIGINT, not a second from memsnap (to
+// many training loops a second Ctrl-C means "stop now, skip the clean-up").
+TEST(Cli, RunPassesCtrlCOnOnce) {
+  test::TempDir dir;
+  const int terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(terminal, 0);
+  ASSERT_EQ(::grantpt(terminal), 0);
+  ASSERT_EQ(::unlockpt(terminal), 0);
+  const std::string tty = ::ptsname(terminal);
+  const fs::path ready = dir / "ready", log = dir / "log";
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // a session of its own, with the terminal as its controlling terminal
+    ::setsid();
+    const int in = ::open(tty.c_str(), O_RDWR);
+    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0) ::_exit(126);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::setenv("MEMSNAP_ENABLED", "false", 1);
+    ::execl(kMemsnap.c_str(), kMemsnap.c_str(), "run", "--", MEMSNAP_SIGNAL_COUNT, ready.c_str(), "2", nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  EXPECT_TRUE(wait_until([&] { return fs::exists(ready); })) << test::read_file(log);
+  ASSERT_EQ(::write(terminal, "\x03", 1), 1);  // Ctrl-C
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::close(terminal);
+  const std::string out = test::read_file(log);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << ": " << out;
+  EXPECT_NE(out.find("SIGINT code=" + std::to_string(SI_KERNEL) + " sender=0"), std::string::npos) << "the terminal's: " << out;
+  EXPECT_EQ(out.find("sender=" + std::to_string(pid)), std::string::npos) << "a second one, from memsnap: " << out;
+}
+
 // Once its command has ended, `memsnap run` gathers the record and renders the report itself: a
 // Ctrl-C or mpirun's SIGTERM then ends it as it ends `memsnap report` (here sent as the report
 // makes its staging folder): the store it finished stays, the report folder it made goes.
