@@ -26,7 +26,9 @@ void add_run(CLI::App& app, int& code) {
     o.self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     o.cupti = !no_cupti;
     o.torch = !no_torch;
-    code = run_main(o);
+    int ended_by = 0;
+    code = run_main(o, &ended_by);
+    if (ended_by != 0) end_by_signal(ended_by);
   });
 }
 

@@ -1,11 +1,14 @@
 #include "run.hpp"
 
+#include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -239,7 +242,22 @@ std::string describe_exit(int status, int& exit_code, int& sig, bool& core) {
   return "ended (status " + std::to_string(status) + ")";
 }
 
-int run_main(const RunOptions& o) {
+[[noreturn]] void end_by_signal(int sig) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  const struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+  signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(sig);
+  _exit(128 + sig);  // a signal whose default is not to end the process
+}
+
+int run_main(const RunOptions& o, int* ended_by) {
   const auto started_at = fs::file_time_type::clock::now();
   const EnvLookup env = process_env();
   const LaunchInfo launch = detect_launch(env);
@@ -426,6 +444,7 @@ int run_main(const RunOptions& o) {
   ex.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   for (const auto& a : o.command) ex.command += (ex.command.empty() ? "" : " ") + a;
   const int code = ex.signal ? 128 + ex.signal : ex.exit_code;
+  if (ended_by != nullptr) *ended_by = ex.signal;
   if (ex.exit_code != 0 || ex.signal != 0) say(rank, o.command[0] + " " + ex.how);
   if (!record) return code;
 

@@ -19,8 +19,14 @@ struct RunOptions {
   std::string self;                  // path of the memsnap binary (for the follow-up commands)
 };
 
-// Returns the child's exit code (128 + signal when it was killed), as the launcher expects.
-int run_main(const RunOptions& options);
+// Returns the child's exit code (128 + N when signal N ended it) and, in `ended_by`, that signal
+// (0 when it exited), for end_by_signal.
+int run_main(const RunOptions& options, int* ended_by = nullptr);
+
+// Ends memsnap run as its command ended, by the same signal, so that a shell, a script's loop
+// (bash stops a loop whose command died of SIGINT, not one that exited 130) or mpirun sees what it
+// would have seen without memsnap. Core dumps are off first: the command's core is not memsnap's.
+[[noreturn]] void end_by_signal(int sig);
 
 // How a child ended, as recorded in RUN_DIR/spill/rank<R>.exit.json.
 struct ExitRecord {
