@@ -923,12 +923,15 @@ TEST(Cli, RunLeavesASignalTheShellIgnoresIgnored) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, std::regex("SigIgn:\\s*([0-9a-f]+)"))) << log;
   EXPECT_EQ(std::stoull(m[1].str(), nullptr, 16) & (1ull << (SIGHUP - 1)), 1ull << (SIGHUP - 1)) << "the command's SIGHUP: " << log;
-  // SIGTERM, not ignored, goes to the command as before.
-  const pid_t again = spawn_as_foreground({kMemsnap, "run", "--", "/bin/sh", "-c", "sleep 5"}, {"MEMSNAP_ENABLED=false"}, dir / "log2");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // SIGTERM, not ignored, goes to the command as before (which memsnap says it was killed by).
+  const fs::path started = dir / "started";
+  const pid_t again = spawn_as_foreground({kMemsnap, "run", "--", "/bin/sh", "-c", ": > " + started.string() + "; sleep 5"},
+                                          {"MEMSNAP_ENABLED=false"}, dir / "log2");
+  EXPECT_TRUE(wait_until([&] { return fs::exists(started); })) << test::read_file(dir / "log2");
   ::kill(again, SIGTERM);
   ASSERT_EQ(::waitpid(again, &status, 0), again);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << ": " << test::read_file(dir / "log2");
+  EXPECT_NE(test::read_file(dir / "log2").find("/bin/sh killed by SIGTERM"), std::string::npos) << test::read_file(dir / "log2");
 }
 
 // Ctrl-C at a terminal: the kernel signals the terminal's foreground process group, `memsnap
