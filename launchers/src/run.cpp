@@ -1,6 +1,5 @@
 #include "run.hpp"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -38,36 +37,18 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 volatile sig_atomic_t g_child = 0;
-// Whether the child has a process group of its own, which then takes the signals memsnap passes on.
-volatile sig_atomic_t g_child_group = 0;
 // The signals `memsnap run` passes on to its command while it runs.
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
 
-// Signals for the job go to the child; memsnap run itself stays to record how it ended. Each
-// reaches the command once:
-// - At a terminal (memsnap in its foreground process group) the child shares memsnap's group, so
-//   that it reads the terminal and takes Ctrl-Z as before. A signal from the terminal (Ctrl-C, a
-//   hang-up) reached it already: the kernel signals the whole group. Only the others are passed on.
-// - Elsewhere (mpirun, srun, a batch job, no terminal) the child has a group of its own, and a
-//   signal for memsnap's group (mpirun's SIGTERM goes to each rank's group) reaches it only from
-//   memsnap, which passes it on to the child's whole group, as the launcher would have.
-// Twice would be harmful: to many training loops a second SIGINT or SIGTERM means "stop now,
-// skip the clean-up".
+// Signals for the job go to the child; memsnap run itself stays to record how it ended. Not one
+// from the terminal (Ctrl-C, a hang-up), which the kernel sends to the whole foreground process
+// group: the child, still in memsnap's group, got it too, and a second SIGINT is "force quit" to
+// many training loops.
 void forward(int sig, siginfo_t* info, void*) {
   const pid_t child = g_child;
   if (child <= 0) return;
-  if (g_child_group && kill(-child, sig) == 0) return;  // else the child left its group: to it alone
   if (info != nullptr && info->si_code == SI_KERNEL && getpgid(child) == getpgrp()) return;
   kill(child, sig);
-}
-
-// Whether memsnap runs in the foreground of its controlling terminal (an interactive command).
-bool in_terminal_foreground() {
-  const int tty = open("/dev/tty", O_RDONLY | O_NOCTTY | O_CLOEXEC);
-  if (tty < 0) return false;
-  const bool foreground = tcgetpgrp(tty) == getpgrp();
-  close(tty);
-  return foreground;
 }
 
 void say(int rank, const std::string& line) {
@@ -431,10 +412,8 @@ int run_main(const RunOptions& o, int* ended_by) {
   }
   sigprocmask(SIG_BLOCK, &forwarded, &mask);
   for (const auto& [sig, old] : before) sigaction(sig, &sa, nullptr);
-  const bool own_group = !in_terminal_foreground();
   const pid_t child = fork();
   if (child == 0) {
-    if (own_group) setpgid(0, 0);
     for (const auto& [sig, old] : before) signal(sig, SIG_DFL);
     sigprocmask(SIG_SETMASK, &mask, nullptr);
     execvpe(argv[0], argv.data(), envp.data());
@@ -444,11 +423,7 @@ int run_main(const RunOptions& o, int* ended_by) {
     _exit(127);
   }
   const int fork_errno = errno;
-  if (child > 0) {
-    if (own_group) setpgid(child, child);  // as the child does: whichever runs first
-    g_child_group = own_group;
-    g_child = child;
-  }
+  if (child > 0) g_child = child;
   sigprocmask(SIG_SETMASK, &mask, nullptr);
   if (child < 0) {
     std::cerr << "memsnap run: cannot start " << o.command[0] << ": " << std::strerror(fork_errno) << "\n";

@@ -974,26 +974,6 @@ TEST(Cli, RunPassesCtrlCOnOnce) {
   EXPECT_EQ(out.find("sender=" + std::to_string(pid)), std::string::npos) << "a second one, from memsnap: " << out;
 }
 
-// mpirun's SIGTERM (Ctrl-C at mpirun, a rank that failed) goes to each rank's process group: the
-// command gets it once, from memsnap, not also straight from mpirun.
-TEST(Cli, RunUnderMpirunPassesSigtermOnOnce) {
-  test::TempDir dir;
-  const fs::path ready = dir / "ready", notes = dir / "notes";
-  const pid_t pid = spawn_as_foreground({MEMSNAP_MPIRUN, "--oversubscribe", "-np", "1", kMemsnap, "run", "--", MEMSNAP_SIGNAL_COUNT,
-                                         ready.string(), "2", notes.string()},
-                                        {"MEMSNAP_ENABLED=false"}, dir / "log");
-  ASSERT_GT(pid, 0);
-  EXPECT_TRUE(wait_until([&] { return fs::exists(ready); })) << test::read_file(dir / "log");
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(wait_until([&] { return fs::exists(notes); })) << test::read_file(dir / "log");
-  const std::string seen = test::read_file(notes);
-  std::size_t count = 0;
-  for (std::size_t at = seen.find("SIGTERM"); at != std::string::npos; at = seen.find("SIGTERM", at + 1)) ++count;
-  EXPECT_EQ(count, 1u) << seen;
-}
-
 // Once its command has ended, `memsnap run` gathers the record and renders the report itself: a
 // Ctrl-C or mpirun's SIGTERM then ends it as it ends `memsnap report` (here sent as the report
 // makes its staging folder): the store it finished stays, the report folder it made goes.
