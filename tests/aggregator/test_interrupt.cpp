@@ -75,6 +75,30 @@ TEST(InterruptTest, NothingOutsideTheLiveTemporariesIsTouched) {
   EXPECT_TRUE(fs::exists(dir / "store" / "spill" / "rank0.spill"));
 }
 
+// A report's folder made by the command goes with it only while empty: a file someone put there
+// meanwhile stays, and so does the folder. Temporaries inside it go first (newest first).
+TEST(InterruptTest, AFolderForAnOutputIsRemovedOnlyWhileEmpty) {
+  GTEST_FLAG_SET(death_test_style, "fast");  // a fork: the child sees this TempDir
+  test::TempDir dir;
+  EXPECT_EXIT(
+      {
+        interrupt::remove_temporaries_on_signal();
+        fs::create_directories(dir / "empty");
+        fs::create_directories(dir / "used");
+        interrupt::Temporary empty = interrupt::Temporary::empty_folder(dir / "empty");
+        interrupt::Temporary used = interrupt::Temporary::empty_folder(dir / "used");
+        make_folder_with_a_file(dir / "empty" / "staging");
+        interrupt::Temporary staging(dir / "empty" / "staging");
+        std::ofstream(dir / "used" / "notes.txt") << "the user's";
+        ::kill(::getpid(), SIGINT);
+        std::this_thread::sleep_for(std::chrono::seconds(20));
+        std::_Exit(0);
+      },
+      testing::KilledBySignal(SIGINT), "");
+  EXPECT_FALSE(fs::exists(dir / "empty")) << "its staging folder inside went first, then it";
+  EXPECT_EQ(test::read_file(dir / "used" / "notes.txt"), "the user's");
+}
+
 // A signal ignored when the command starts (nohup's SIGHUP, a script's background job's SIGINT)
 // stays ignored: the command runs on and keeps its temporaries.
 TEST(InterruptTest, ASignalIgnoredAtTheStartStaysIgnored) {
