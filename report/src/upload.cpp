@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memsnap/interrupt.hpp"
 #include "memsnap/names.hpp"
 
 namespace memsnap {
@@ -316,6 +317,7 @@ Step file_copy_once(const fs::path& dest, const fs::path& local, bool overwrite)
             "cannot create folder " + dest.parent_path().string() + ": " + ec.message()};
   // Through a temporary name beside it, so a reader never sees half a file.
   const fs::path tmp = dest.string() + ".memsnap-tmp" + std::to_string(getpid());
+  interrupt::Temporary guard(tmp);  // an interrupted upload leaves no half copy at the destination
   fs::copy_file(local, tmp, fs::copy_options::overwrite_existing, ec);
   if (ec) {
     fs::remove(tmp, ec);
@@ -332,6 +334,7 @@ Step file_copy_once(const fs::path& dest, const fs::path& local, bool overwrite)
     }
   }
   const int err = errno;
+  if (rc == 0) guard.release();
   if (rc != 0) {
     fs::remove(tmp, ec);
     if (err == EEXIST) return {Status::exists, false, false, false, "exists; overwrite is false"};
