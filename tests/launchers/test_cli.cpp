@@ -899,6 +899,47 @@ TEST(Cli, AnInterruptedReportLeavesOneWholeReport) {
   }
 }
 
+// The same for `memsnap diff`: interrupted while it replaces an earlier diff, the folder holds one
+// whole diff (its index.html and diff.json of the same pair, the marker listing what is there).
+TEST(Cli, AnInterruptedDiffLeavesOneWholeDiff) {
+  test::TempDir dir;
+  const std::string a = make_run(dir.path(), "a", 2), b = make_run(dir.path(), "b", 2);
+  const fs::path out = dir / "diff";
+  const std::string asan = std::string("ASAN_OPTIONS=") + (std::getenv("ASAN_OPTIONS") ? std::getenv("ASAN_OPTIONS") : "") +
+                           ":verify_asan_link_order=0";
+  // "a" or "b": the base both files name, or what is wrong.
+  auto whole_diff = [&]() -> std::string {
+    const json data = read_json(out / "diff.json");
+    const std::string index = test::read_file(out / "index.html");
+    const std::size_t at = index.find("\"run_name\":\"run_");  // the base's, first
+    const std::string shown = at == std::string::npos ? "none" : index.substr(at + 16, 1);
+    std::set<std::string> files, listed;
+    for (const auto& e : fs::directory_iterator(out))
+      if (e.path().filename() != ".memsnap-diff") files.insert(e.path().filename().string());
+    const json marker = read_json(out / ".memsnap-diff");
+    for (const auto& f : marker["files"]) listed.insert(f.get<std::string>());
+    if (files != listed) return "a marker that lists " + std::to_string(listed.size()) + " files of " + std::to_string(files.size());
+    const std::string base = data["base"]["run_name"];
+    if (base != "run_" + shown) return "diff.json of " + base + ", index.html of run_" + shown;
+    return shown;
+  };
+  for (int count : {1, 2, 3, 4}) {
+    SCOPED_TRACE("SIGTERM after rename " + std::to_string(count));
+    fs::remove_all(out);
+    ASSERT_EQ(sh(kMemsnap + " diff " + a + " " + b + " -o " + out.string() + " --quiet").code, 0);
+    ASSERT_EQ(whole_diff(), "a");
+    const pid_t pid = spawn_as_foreground({kMemsnap, "diff", b, a, "-o", out.string(), "--overwrite", "--quiet"},
+                                          {asan, std::string("LD_PRELOAD=") + MEMSNAP_SIGNAL_AT, "MEMSNAP_TEST_SIGNAL_ON=rename",
+                                           "MEMSNAP_TEST_SIGNAL_PATH=" + out.string(), "MEMSNAP_TEST_SIGNAL_COUNT=" + std::to_string(count)},
+                                          dir / "log");
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << ": " << test::read_file(dir / "log");
+    EXPECT_EQ(whole_diff(), "b");
+    EXPECT_EQ(leftovers(out), std::vector<std::string>());
+  }
+}
+
 // `nohup memsnap run -- python train.py`: a signal the shell ignores stays ignored, in memsnap
 // and in the command (a closed terminal's SIGHUP ends neither); the others still reach it.
 TEST(Cli, RunLeavesASignalTheShellIgnoresIgnored) {
