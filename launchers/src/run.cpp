@@ -36,20 +36,74 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-volatile sig_atomic_t g_child = 0;
 // The signals `memsnap run` passes on to its command while it runs.
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
 
-// Signals for the job go to the child; memsnap run itself stays to record how it ended. Not one
-// from the terminal (Ctrl-C, a hang-up), which the kernel sends to the whole foreground process
-// group: the child, still in memsnap's group, got it too, and a second SIGINT is "force quit" to
-// many training loops.
-void forward(int sig, siginfo_t* info, void*) {
-  const pid_t child = g_child;
-  if (child <= 0) return;
-  if (info != nullptr && info->si_code == SI_KERNEL && getpgid(child) == getpgrp()) return;
-  kill(child, sig);
-}
+// How `memsnap run` handles signals while its command runs: no handler, but the signals it passes
+// on, and SIGCHLD, blocked and taken one at a time by the thread that waits for the command
+// (sigtimedwait), so that nothing is lost between fork and the wait, nothing runs in a handler,
+// and memsnap records how the command ended before a signal can end memsnap itself.
+class ChildSignals {
+ public:
+  // Blocks the signals to pass on (those the shell ignores stay ignored, in memsnap and in the
+  // command: `nohup`, a script's background job) and SIGCHLD.
+  ChildSignals() {
+    sigemptyset(&m_forwarded);
+    for (int sig : kForwarded) {
+      struct sigaction old {};
+      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaddset(&m_forwarded, sig);
+    }
+    // An inherited SIGCHLD ignore would reap the command before memsnap could see how it ended.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGCHLD, &dfl, &m_sigchld);
+    m_waited = m_forwarded;
+    sigaddset(&m_waited, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &m_waited, &m_mask);
+  }
+
+  // In the child, before exec: the signal state memsnap was started with.
+  void restore_in_child() const {
+    sigaction(SIGCHLD, &m_sigchld, nullptr);
+    sigprocmask(SIG_SETMASK, &m_mask, nullptr);
+  }
+
+  // Waits for `child` to end, passing signals on to it; returns its wait status. Not one from the
+  // terminal (Ctrl-C, a hang-up), which the kernel sends to the whole foreground process group:
+  // the child, still in memsnap's group, got it too, and a second SIGINT is "force quit" to many
+  // training loops.
+  int wait_passing_on(pid_t child) const {
+    int status = 0;
+    for (;;) {
+      const pid_t done = waitpid(child, &status, WNOHANG);
+      if (done == child || (done < 0 && errno == ECHILD)) return status;
+      siginfo_t info{};
+      const timespec poll = {1, 0};  // a missed SIGCHLD costs a second at most
+      const int sig = sigtimedwait(&m_waited, &info, &poll);
+      if (sig <= 0 || sig == SIGCHLD) continue;
+      if (info.si_code == SI_KERNEL && getpgid(child) == getpgrp()) continue;
+      kill(child, sig);
+    }
+  }
+
+  // The command has ended: from here on a signal is for memsnap run itself, as for the other
+  // commands (an interrupted gathering or report removes its temporaries and ends by the signal).
+  // One that came meanwhile acts now.
+  void resume() const {
+    sigaction(SIGCHLD, &m_sigchld, nullptr);
+    interrupt::remove_temporaries_on_signal();  // takes SIGINT, SIGTERM and SIGHUP, still blocked
+    sigset_t others;
+    sigemptyset(&others);
+    for (int sig : {SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGCHLD})
+      if (sigismember(&m_waited, sig) && !sigismember(&m_mask, sig)) sigaddset(&others, sig);
+    sigprocmask(SIG_UNBLOCK, &others, nullptr);
+  }
+
+ private:
+  sigset_t m_forwarded, m_waited, m_mask;
+  struct sigaction m_sigchld {};
+};
 
 void say(int rank, const std::string& line) {
   const std::string text = "memsnap run[rank " + std::to_string(rank) + "]: " + line + "\n";
@@ -394,49 +448,23 @@ int run_main(const RunOptions& o, int* ended_by) {
   argv.push_back(nullptr);
 
   const auto started = std::chrono::steady_clock::now();
-  // Signals for the job go to the child while it runs; one the shell ignores (`nohup`, a
-  // script's background job) stays ignored, in memsnap and in the child. They are blocked across
-  // fork, so that one sent meanwhile is forwarded once the child's pid is known.
-  struct sigaction sa {};
-  sa.sa_sigaction = forward;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART | SA_SIGINFO;
-  sigset_t forwarded, mask;
-  sigemptyset(&forwarded);
-  std::vector<std::pair<int, struct sigaction>> before;  // the dispositions memsnap replaced
-  for (int sig : kForwarded) {
-    struct sigaction old {};
-    if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;
-    before.emplace_back(sig, old);
-    sigaddset(&forwarded, sig);
-  }
-  sigprocmask(SIG_BLOCK, &forwarded, &mask);
-  for (const auto& [sig, old] : before) sigaction(sig, &sa, nullptr);
+  const ChildSignals signals;
   const pid_t child = fork();
   if (child == 0) {
-    for (const auto& [sig, old] : before) signal(sig, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &mask, nullptr);
+    signals.restore_in_child();
     execvpe(argv[0], argv.data(), envp.data());
     const std::string msg = "memsnap run: cannot run " + o.command[0] + ": " + std::strerror(errno) + "\n";
     ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());
     (void)ignored;
     _exit(127);
   }
-  const int fork_errno = errno;
-  if (child > 0) g_child = child;
-  sigprocmask(SIG_SETMASK, &mask, nullptr);
   if (child < 0) {
+    const int fork_errno = errno;
+    signals.resume();
     std::cerr << "memsnap run: cannot start " << o.command[0] << ": " << std::strerror(fork_errno) << "\n";
     return 127;
   }
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  g_child = 0;
-  // The command has ended: from here on a signal is for memsnap run itself, as for the other
-  // commands (an interrupted gathering or report removes its temporaries and ends by the signal).
-  for (const auto& [sig, old] : before) sigaction(sig, &old, nullptr);
-  interrupt::remove_temporaries_on_signal();
+  const int status = signals.wait_passing_on(child);
   ExitRecord ex;
   ex.rank = rank;
   ex.pid = child;
@@ -446,7 +474,10 @@ int run_main(const RunOptions& o, int* ended_by) {
   const int code = ex.signal ? 128 + ex.signal : ex.exit_code;
   if (ended_by != nullptr) *ended_by = ex.signal;
   if (ex.exit_code != 0 || ex.signal != 0) say(rank, o.command[0] + " " + ex.how);
-  if (!record) return code;
+  if (!record) {
+    signals.resume();
+    return code;
+  }
 
   ex.used_mpi = child_used_mpi(spill_dir, rank, child);
   {
@@ -459,6 +490,7 @@ int run_main(const RunOptions& o, int* ended_by) {
     std::error_code ec;
     fs::rename(tmp, p, ec);
   }
+  signals.resume();  // how the command ended is on disk: a signal may end memsnap from here on
 
   const fs::path store = run_dir / "memsnap.h5";
   // The records in the folder by launch: a store is made of this launch's only. Where the folder
