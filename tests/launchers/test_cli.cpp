@@ -294,6 +294,12 @@ TEST(Cli, RunReturnsTheChildsExitCodeAndRecordsHowItEnded) {
   const json exit = read_json(dir / "run2/spill/rank0.exit.json");
   EXPECT_EQ(exit["signal"], 9);
   EXPECT_NE(exit["how"].get<std::string>().find("SIGKILL"), std::string::npos);
+  // Started with SIGCHLD ignored (by a parent that set it so: the kernel then reaps the command
+  // unseen), memsnap still sees how the command ended.
+  r = sh("MEMSNAP_FOLDER=" + (dir / "run-chld").string() + " env --ignore-signal=CHLD " + kMemsnap +
+         " run --no-aggregate -- sh -c 'sleep 0.1; exit 7'");
+  EXPECT_EQ(r.code, 7) << r.out;
+  EXPECT_EQ(read_json(dir / "run-chld/spill/rank0.exit.json")["exit_code"], 7);
   r = sh(env + kMemsnap + " run -- /nonexistent/train");
   EXPECT_EQ(r.code, 127) << r.out;
   EXPECT_NE(r.out.find("/nonexistent/train"), std::string::npos);
