@@ -14,7 +14,6 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -48,17 +47,16 @@ class ChildSignals {
   // Blocks the signals to pass on (those the shell ignores stay ignored, in memsnap and in the
   // command: `nohup`, a script's background job) and SIGCHLD.
   ChildSignals() {
-    sigemptyset(&m_forwarded);
+    sigemptyset(&m_waited);
     for (int sig : kForwarded) {
       struct sigaction old {};
-      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaddset(&m_forwarded, sig);
+      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaddset(&m_waited, sig);
     }
     // An inherited SIGCHLD ignore would reap the command before memsnap could see how it ended.
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     sigaction(SIGCHLD, &dfl, &m_sigchld);
-    m_waited = m_forwarded;
     sigaddset(&m_waited, SIGCHLD);
     sigprocmask(SIG_BLOCK, &m_waited, &m_mask);
   }
@@ -101,7 +99,8 @@ class ChildSignals {
   }
 
  private:
-  sigset_t m_forwarded, m_waited, m_mask;
+  sigset_t m_waited;  // the signals passed on, and SIGCHLD
+  sigset_t m_mask;    // the mask memsnap was started with
   struct sigaction m_sigchld {};
 };
 

@@ -93,6 +93,20 @@ bool wait_until(const std::function<bool()>& done) {
   return false;
 }
 
+// The environment that makes memsnap signal itself (tests/launchers/signal_at.c, preloaded): signal
+// `sig` right after its `count`th `call` ("rename" or "mkdir") of a path that contains `path`.
+// ASan is told that the preload comes first on purpose. The last entry is the LD_PRELOAD: under
+// mpirun, pass it to the ranks with -x instead.
+std::vector<std::string> signal_at_env(const std::string& call, const std::string& path, int count = 1, int sig = SIGTERM) {
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  return {std::string("ASAN_OPTIONS=") + (asan != nullptr ? asan : "") + ":verify_asan_link_order=0",
+          "MEMSNAP_TEST_SIGNAL_ON=" + call,
+          "MEMSNAP_TEST_SIGNAL_PATH=" + path,
+          "MEMSNAP_TEST_SIGNAL_COUNT=" + std::to_string(count),
+          "MEMSNAP_TEST_SIGNAL=" + std::to_string(sig),
+          std::string("LD_PRELOAD=") + MEMSNAP_SIGNAL_AT};
+}
+
 // The whole pipeline under mpirun: record, gather in the same slots, report, names the planted ranks.
 TEST(Cli, RunUnderMpirunRecordsGathersAndNamesThePlantedRanks) {
   test::TempDir dir;
@@ -798,28 +812,34 @@ TEST(Cli, ViewNamesTheWorkingFolderOfAKilledCommand) {
   EXPECT_TRUE(fs::is_directory(view / live));
 }
 
+// "" when the marker `marker` in `dir` lists exactly the files there (staging included, so a
+// staging folder left behind shows too), else what differs.
+std::string marker_mismatch(const fs::path& dir, const std::string& marker) {
+  std::set<std::string> files, listed;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename() != marker) files.insert(e.path().filename().string());
+  const json m = read_json(dir / marker);
+  for (const auto& f : m["files"]) listed.insert(f.get<std::string>());
+  if (listed == files) return "";
+  return "a marker that lists " + std::to_string(listed.size()) + " files of " + std::to_string(files.size());
+}
+
 // The report folder `dir` as a user finds it: "run_NAME" when it holds one whole report of that
 // run (each page written by it, the marker listing exactly the files there, no staging folder),
 // else what is wrong.
 std::string whole_report(const fs::path& dir) {
   if (!fs::is_directory(dir)) return "no folder";
-  std::set<std::string> files, runs;
+  std::set<std::string> runs;
   for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    if (n == ".memsnap-report") continue;
-    files.insert(n);
     if (e.path().extension() != ".html") continue;
     const std::string text = test::read_file(e.path());
     const std::size_t at = text.find("run_");
     runs.insert(at == std::string::npos ? "none" : text.substr(at, 5));
   }
-  std::set<std::string> listed;
-  const json marker = read_json(dir / ".memsnap-report");
-  for (const auto& f : marker["files"]) listed.insert(f.get<std::string>());
   std::string all;
   for (const auto& r : runs) all += (all.empty() ? "" : " and ") + r;
   if (runs.size() != 1) return "pages of " + all;
-  if (listed != files) return "a marker that lists " + std::to_string(listed.size()) + " files of " + std::to_string(files.size());
+  if (std::string wrong = marker_mismatch(dir, ".memsnap-report"); !wrong.empty()) return wrong;
   return all;
 }
 
@@ -841,9 +861,6 @@ TEST(Cli, AnInterruptedReportLeavesOneWholeReport) {
   test::TempDir dir;
   const std::string a = make_run(dir.path(), "a", 4), b = make_run(dir.path(), "b", 2);
   const fs::path out = dir / "report";
-  const std::string asan = std::string("ASAN_OPTIONS=") + (std::getenv("ASAN_OPTIONS") ? std::getenv("ASAN_OPTIONS") : "") +
-                           ":verify_asan_link_order=0";
-  const std::string preload = std::string("LD_PRELOAD=") + MEMSNAP_SIGNAL_AT;
   struct Case {
     int np, sig, count;
   };
@@ -854,16 +871,13 @@ TEST(Cli, AnInterruptedReportLeavesOneWholeReport) {
     Result r = sh(kMemsnap + " report " + a + " -o " + out.string());
     ASSERT_EQ(r.code, 0) << r.out;
     ASSERT_EQ(whole_report(out), "run_a");
-    const std::vector<std::string> env = {asan, "MEMSNAP_TEST_SIGNAL_ON=rename", "MEMSNAP_TEST_SIGNAL_PATH=" + out.string(),
-                                          "MEMSNAP_TEST_SIGNAL_COUNT=" + std::to_string(c.count),
-                                          "MEMSNAP_TEST_SIGNAL=" + std::to_string(c.sig)};
+    std::vector<std::string> env = signal_at_env("rename", out.string(), c.count, c.sig);
     std::vector<std::string> args = {kMemsnap, "report", b, "-o", out.string(), "--overwrite"};
-    if (c.np > 1) {
-      args.insert(args.begin(), {MEMSNAP_MPIRUN, "--oversubscribe", "-np", std::to_string(c.np), "-x", preload});
+    if (c.np > 1) {  // the preload for the ranks, not for mpirun
+      args.insert(args.begin(), {MEMSNAP_MPIRUN, "--oversubscribe", "-np", std::to_string(c.np), "-x", env.back()});
+      env.pop_back();
     }
-    std::vector<std::string> all_env = env;
-    if (c.np == 1) all_env.push_back(preload);
-    const pid_t pid = spawn_as_foreground(args, all_env, dir / "log");
+    const pid_t pid = spawn_as_foreground(args, env, dir / "log");
     ASSERT_GT(pid, 0);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -878,11 +892,10 @@ TEST(Cli, AnInterruptedReportLeavesOneWholeReport) {
   // SIGKILL midway: both runs' files are there, the marker lists all of them, and the next report
   // replaces them (run a's rank 2 and 3 pages go).
   {
-    const std::vector<std::string> env = {asan, "MEMSNAP_TEST_SIGNAL_ON=rename", "MEMSNAP_TEST_SIGNAL_PATH=" + out.string(),
-                                          "MEMSNAP_TEST_SIGNAL_COUNT=3", "MEMSNAP_TEST_SIGNAL=9", preload};
     fs::remove_all(out);
     ASSERT_EQ(sh(kMemsnap + " report " + a + " -o " + out.string()).code, 0);
-    const pid_t pid = spawn_as_foreground({kMemsnap, "report", b, "-o", out.string(), "--overwrite"}, env, dir / "log");
+    const pid_t pid = spawn_as_foreground({kMemsnap, "report", b, "-o", out.string(), "--overwrite"},
+                                          signal_at_env("rename", out.string(), 3, SIGKILL), dir / "log");
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
@@ -895,9 +908,8 @@ TEST(Cli, AnInterruptedReportLeavesOneWholeReport) {
   // Interrupted before its pages go in, into a folder it made: neither the folder nor anything in it stays.
   {
     const fs::path fresh = dir / "fresh";
-    const std::vector<std::string> env = {asan, "MEMSNAP_TEST_SIGNAL_ON=mkdir", "MEMSNAP_TEST_SIGNAL_PATH=.memsnap-report.partial",
-                                          preload};
-    const pid_t pid = spawn_as_foreground({kMemsnap, "report", b, "-o", fresh.string()}, env, dir / "log");
+    const pid_t pid = spawn_as_foreground({kMemsnap, "report", b, "-o", fresh.string()},
+                                          signal_at_env("mkdir", ".memsnap-report.partial"), dir / "log");
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << ": " << test::read_file(dir / "log");
@@ -911,20 +923,13 @@ TEST(Cli, AnInterruptedDiffLeavesOneWholeDiff) {
   test::TempDir dir;
   const std::string a = make_run(dir.path(), "a", 2), b = make_run(dir.path(), "b", 2);
   const fs::path out = dir / "diff";
-  const std::string asan = std::string("ASAN_OPTIONS=") + (std::getenv("ASAN_OPTIONS") ? std::getenv("ASAN_OPTIONS") : "") +
-                           ":verify_asan_link_order=0";
   // "a" or "b": the base both files name, or what is wrong.
   auto whole_diff = [&]() -> std::string {
     const json data = read_json(out / "diff.json");
     const std::string index = test::read_file(out / "index.html");
     const std::size_t at = index.find("\"run_name\":\"run_");  // the base's, first
     const std::string shown = at == std::string::npos ? "none" : index.substr(at + 16, 1);
-    std::set<std::string> files, listed;
-    for (const auto& e : fs::directory_iterator(out))
-      if (e.path().filename() != ".memsnap-diff") files.insert(e.path().filename().string());
-    const json marker = read_json(out / ".memsnap-diff");
-    for (const auto& f : marker["files"]) listed.insert(f.get<std::string>());
-    if (files != listed) return "a marker that lists " + std::to_string(listed.size()) + " files of " + std::to_string(files.size());
+    if (std::string wrong = marker_mismatch(out, ".memsnap-diff"); !wrong.empty()) return wrong;
     const std::string base = data["base"]["run_name"];
     if (base != "run_" + shown) return "diff.json of " + base + ", index.html of run_" + shown;
     return shown;
@@ -935,9 +940,7 @@ TEST(Cli, AnInterruptedDiffLeavesOneWholeDiff) {
     ASSERT_EQ(sh(kMemsnap + " diff " + a + " " + b + " -o " + out.string() + " --quiet").code, 0);
     ASSERT_EQ(whole_diff(), "a");
     const pid_t pid = spawn_as_foreground({kMemsnap, "diff", b, a, "-o", out.string(), "--overwrite", "--quiet"},
-                                          {asan, std::string("LD_PRELOAD=") + MEMSNAP_SIGNAL_AT, "MEMSNAP_TEST_SIGNAL_ON=rename",
-                                           "MEMSNAP_TEST_SIGNAL_PATH=" + out.string(), "MEMSNAP_TEST_SIGNAL_COUNT=" + std::to_string(count)},
-                                          dir / "log");
+                                          signal_at_env("rename", out.string(), count), dir / "log");
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << ": " << test::read_file(dir / "log");
@@ -1027,14 +1030,10 @@ TEST(Cli, RunPassesCtrlCOnOnce) {
 TEST(Cli, RunTakesASignalOnceItsCommandHasEnded) {
   test::TempDir dir;
   test::write_file(dir / "m.yaml", "run_name: t\nfolder: " + (dir / "run").string() + "\nrepeat: 1\nstacks: native\n");
-  const std::string asan = std::string("ASAN_OPTIONS=") + (std::getenv("ASAN_OPTIONS") ? std::getenv("ASAN_OPTIONS") : "") +
-                           ":verify_asan_link_order=0";
   const pid_t pid = spawn_as_foreground(
       {kMemsnap, "run", "--config", (dir / "m.yaml").string(), "--", kSim, "--step-us", "0", "--batches", "8", "--layers", "2",
        "--hidden", "256"},
-      {asan, std::string("LD_PRELOAD=") + MEMSNAP_SIGNAL_AT, "MEMSNAP_TEST_SIGNAL_ON=mkdir",
-       "MEMSNAP_TEST_SIGNAL_PATH=.memsnap-report.partial"},
-      dir / "log");
+      signal_at_env("mkdir", ".memsnap-report.partial"), dir / "log");
   ASSERT_GT(pid, 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
